@@ -1,0 +1,183 @@
+"""Output schemas of the HTTP API (inputs are the study document and the wire contract)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.store.models import Study, Trial
+
+
+class ObjectiveOut(BaseModel):
+    name: str
+    direction: str
+
+
+class Progress(BaseModel):
+    max_trials: int
+    created: int
+    completed: int
+    failed: int
+    cancelled: int
+    in_flight: int
+
+
+class StudyOut(BaseModel):
+    id: int
+    name: str
+    state: str
+    finish_reason: str | None
+    pool: str
+    backend: str
+    sampler: str
+    objectives: list[ObjectiveOut]
+    parallelism: int
+    progress: Progress
+    best: dict[str, float]
+    baseline: dict[str, float] | None
+    hypervolume: float | None
+    front_size: int
+    reference_point: dict[str, float]
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    document: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, study: Study, with_document: bool = False) -> StudyOut:
+        active = study.n_created - study.n_completed - study.n_failed - study.n_cancelled
+        return cls(
+            id=study.id, name=study.name, state=study.state, finish_reason=study.finish_reason,
+            pool=study.pool, backend=study.backend, sampler=study.sampler,
+            objectives=[ObjectiveOut(**o) for o in study.objectives], parallelism=study.parallelism,
+            progress=Progress(max_trials=study.max_trials, created=study.n_created,
+                              completed=study.n_completed, failed=study.n_failed,
+                              cancelled=study.n_cancelled, in_flight=active),
+            best=study.best or {}, baseline=study.baseline_values, hypervolume=study.hypervolume,
+            front_size=study.front_size,
+            reference_point={o["name"]: r for o, r in zip(study.objectives, study.reference_point, strict=True)},
+            created_at=study.created_at, updated_at=study.updated_at, finished_at=study.finished_at,
+            document=study.document if with_document else None,
+        )
+
+
+class TrialOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    study_id: int
+    number: int
+    state: str
+    is_baseline: bool
+    config: dict[str, Any]
+    values: dict[str, float] | None
+    relative: dict[str, float] | None
+    feasible: bool | None
+    on_front: bool
+    attempt: int
+    phase: str | None
+    failure_reason: str | None
+    message: str | None
+    worker_id: int | None
+    completed_index: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class TrialDetail(TrialOut):
+    metrics: dict[str, Any] | None
+    constraint_values: list[float] | None
+    correctness: dict[str, Any] | None
+    compile_report: dict[str, Any] | None
+    environment: dict[str, Any] | None
+    timings: dict[str, Any] | None
+    fingerprint: dict[str, Any] | None
+    log: str | None
+    hypervolume_after: float | None
+
+
+class TrialPage(BaseModel):
+    items: list[TrialOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null at the end")
+
+
+class HistoryPoint(BaseModel):
+    completed: int
+    hypervolume: float
+
+
+class FrontOut(BaseModel):
+    study_id: int
+    objectives: list[ObjectiveOut]
+    trials: list[TrialOut]
+    baseline: TrialOut | None
+    hypervolume: float | None
+    reference_point: dict[str, float] = Field(description="per objective, as a ratio to the baseline")
+    reference_point_raw: dict[str, float] | None
+    history: list[HistoryPoint]
+    note: str | None = None
+
+
+class StudyList(BaseModel):
+    items: list[StudyOut]
+
+
+class TokenOut(BaseModel):
+    id: int
+    name: str
+    kind: str
+    role: str
+    team: str | None
+    pool: str | None
+    prefix: str
+    token: str | None = Field(default=None, description="the secret, shown only at creation")
+
+
+class TokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    kind: str = Field(default="user", pattern="^(user|worker)$")
+    role: str = "member"
+    team: str | None = Field(default=None, max_length=100)
+    pool: str = Field(default="default", min_length=1, max_length=100)
+
+
+class TeamIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")
+
+
+class TeamOut(BaseModel):
+    id: int
+    name: str
+
+
+class WorkerOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    pool: str
+    backends: list[str]
+    energy: bool
+    fingerprint: dict[str, Any]
+    registered_at: datetime
+    last_seen_at: datetime
+    trials_done: int
+
+
+class MeOut(BaseModel):
+    name: str
+    kind: str
+    role: str
+    team: str | None
+    superuser: bool
+
+
+def trial_out(trial: Trial) -> TrialOut:
+    return TrialOut.model_validate(trial)

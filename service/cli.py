@@ -1,0 +1,351 @@
+"""The `paretune` command line: run the service, a worker, and drive studies over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="paretune: multi-objective Pareto tuning of GPU kernel configurations.",
+                  no_args_is_help=True, add_completion=False)
+study_app = typer.Typer(help="Create, list and follow studies.", no_args_is_help=True)
+token_app = typer.Typer(help="Create API tokens (written to the database directly).", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+app.add_typer(study_app, name="study")
+app.add_typer(token_app, name="token")
+app.add_typer(db_app, name="db")
+console = Console()
+err = Console(stderr=True)
+
+ServerOpt = Annotated[str, typer.Option(envvar="PARETUNE_SERVER", help="control plane URL")]
+TokenOpt = Annotated[str, typer.Option(envvar="PARETUNE_TOKEN", help="API token")]
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+class Api:
+    """A small HTTP client that turns the API's error bodies into readable messages."""
+
+    def __init__(self, server: str, token: str) -> None:
+        if not token:
+            _fail("no token: pass --token or set PARETUNE_TOKEN (`paretune token create` makes one)")
+        self.client = httpx.Client(base_url=server.rstrip("/"), timeout=60,
+                                   headers={"Authorization": f"Bearer {token}"})
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.client.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            _fail(f"cannot reach {self.client.base_url}: {exc}")
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+                where = f" (field {error['field']})" if error.get("field") else ""
+                _fail(f"{response.status_code} {error['message']}{where}")
+            except (ValueError, KeyError, TypeError):
+                _fail(f"{response.status_code} {response.text[:500]}")
+        return response.json() if response.content else None
+
+
+# --- service -------------------------------------------------------------------------
+
+
+@app.command()
+def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Run the control plane (PARETUNE_DATABASE_URL selects Postgres; SQLite otherwise)."""
+    import uvicorn
+
+    from service.app import create_app
+
+    uvicorn.run(create_app(), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Upgrade the database schema to the latest version."""
+    from service.config import Settings
+    from service.store.db import Database
+    from service.store.migrate import upgrade
+
+    db = Database(Settings.from_env().database_url)
+    upgrade(db.engine)
+    console.print(f"schema is current on {db.engine.url.render_as_string(hide_password=True)}")
+
+
+@token_app.command("create")
+def token_create(
+    name: str = "admin",
+    role: Annotated[str, typer.Option(help="viewer, member, approver or admin")] = "admin",
+    team: Annotated[str, typer.Option(help="team name (created if missing)")] = "default",
+    worker: Annotated[bool, typer.Option(help="a worker token for --pool")] = False,
+    pool: str = "default",
+    superuser: Annotated[bool, typer.Option(help="operator token: manages teams and worker tokens")] = False,
+) -> None:
+    """Create a token directly in the database and print its secret (shown once)."""
+    from service import auth
+    from service.config import Settings
+    from service.store.db import Database
+    from service.store.migrate import upgrade
+
+    db = Database(Settings.from_env().database_url)
+    upgrade(db.engine)
+    with db.write() as session:
+        if worker:
+            _, secret = auth.create_token(session, name=name, kind="worker", role="worker", team_id=None, pool=pool)
+        else:
+            team_row = auth.get_or_create_team(session, team)
+            _, secret = auth.create_token(session, name=name, kind="user", role=role, team_id=team_row.id,
+                                          superuser=superuser)
+    print(secret)
+
+
+@app.command()
+def up(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    demo: Annotated[bool, typer.Option(help="start a demo study of the built-in CPU matmul")] = True,
+    demo_trials: int = 40,
+    workers: Annotated[int, typer.Option(help="local worker agents to start")] = 1,
+) -> None:
+    """Everything on one machine: SQLite service, local worker(s), dashboard, a demo study."""
+    import uvicorn
+
+    from service import auth
+    from service.app import create_app
+    from service.config import Settings
+    from service.store.db import Database
+    from service.store.migrate import upgrade
+
+    settings = Settings.from_env()
+    db = Database(settings.database_url)
+    upgrade(db.engine)
+    with db.write() as session:
+        admin = auth.bootstrap_admin(session, name="paretune up")
+        _, worker_token = auth.create_token(session, name="local worker", kind="worker", role="worker",
+                                            team_id=None, pool="default")
+    db.dispose()
+    server = f"http://{host}:{port}"
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning")
+    uv = uvicorn.Server(config)
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    _wait_healthy(server)
+    console.print(f"[bold]paretune[/bold] is up: dashboard {server}/ui/  API {server}/docs")
+    console.print(f"admin token (shown once): [bold]{admin}[/bold]")
+    console.print(f"database: {settings.database_url}")
+    procs = [_start_local_worker(server, worker_token, i) for i in range(workers)]
+    try:
+        if demo:
+            api = Api(server, admin)
+            study = api.call("POST", "/v1/studies", json=_demo_study(demo_trials))
+            console.print(f"demo study {study['id']} queued: {server}/ui/#/studies/{study['id']}")
+            _watch(api, study["id"], exit_when_done=False)
+        console.print("serving; Ctrl-C stops everything")
+        while thread.is_alive():
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except Exception:
+                proc.kill()
+        uv.should_exit = True
+        thread.join(timeout=10)
+
+
+def _start_local_worker(server: str, token: str, index: int) -> Any:
+    import subprocess
+
+    cmd = [sys.executable, "-m", "service.cli", "worker", "--server", server, "--token", token,
+           "--pool", "default", "--name", f"local-{index}"]
+    return subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _wait_healthy(server: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{server}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    _fail(f"the service did not become healthy at {server}")
+
+
+def _demo_study(trials: int) -> dict[str, Any]:
+    return {
+        "name": "demo: CPU matmul, runtime vs p99",
+        "kernel": {"backend": "cpu", "builtin": "matmul"},
+        "objectives": [{"name": "runtime_ms"}, {"name": "p99_ms"}],
+        "budget": {"max_trials": trials},
+        "parallelism": 2,
+        "sampler": {"name": "nsga2", "seed": 1, "options": {"population_size": 10}},
+    }
+
+
+@app.command()
+def worker(
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = "",
+    pool: str = "default",
+    name: str | None = None,
+    cache_dir: Path | None = None,
+    prefetch: Annotated[bool, typer.Option(help="compile the next trial while this one measures")] = True,
+    max_trials: int | None = None,
+    backends: Annotated[str | None, typer.Option(help="comma-separated backends to offer")] = None,
+) -> None:
+    """Run a worker agent: lease trials of a pool, compile, check, measure, report."""
+    from workers.cli import worker as run_worker
+
+    if not token:
+        _fail("no token: pass --token or set PARETUNE_TOKEN (a worker token: `paretune token create --worker`)")
+    run_worker(server=server, token=token, pool=pool, name=name, cache_dir=cache_dir, prefetch=prefetch,
+               max_trials=max_trials, backends=backends)
+
+
+# --- studies -------------------------------------------------------------------------
+
+
+def load_document(path: Path) -> dict[str, Any]:
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc}")
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        _fail(f"{path} is not valid YAML/JSON: {exc}")
+    if not isinstance(doc, dict):
+        _fail(f"{path} must hold a mapping (the study document)")
+    return doc
+
+
+@study_app.command("create")
+def study_create(
+    file: Annotated[Path, typer.Option("-f", "--file", help="study document (YAML or JSON, - for stdin)")],
+    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = "",
+    watch: Annotated[bool, typer.Option(help="follow the study until it finishes")] = False,
+) -> None:
+    """Create a study from a document."""
+    api = Api(server, token)
+    study = api.call("POST", "/v1/studies", json=load_document(file))
+    console.print(f"study {study['id']} created ({study['name']}): {study['progress']['max_trials']} trials, "
+                  f"sampler {study['sampler']}, pool {study['pool']}")
+    if watch:
+        _watch(api, study["id"])
+
+
+@study_app.command("list")
+def study_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = "") -> None:
+    api = Api(server, token)
+    table = Table("id", "name", "state", "progress", "front", "hypervolume")
+    for s in api.call("GET", "/v1/studies")["items"]:
+        p = s["progress"]
+        hv = "-" if s["hypervolume"] is None else f"{s['hypervolume']:.4f}"
+        table.add_row(str(s["id"]), s["name"], s["state"], f"{p['completed']}+{p['failed']}f/{p['max_trials']}",
+                      str(s["front_size"]), hv)
+    console.print(table)
+
+
+@study_app.command("show")
+def study_show(study_id: int, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = "") -> None:
+    console.print_json(json.dumps(Api(server, token).call("GET", f"/v1/studies/{study_id}")))
+
+
+def _action(action: str):  # type: ignore[no-untyped-def]
+    def command(study_id: int, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = "") -> None:
+        study = Api(server, token).call("POST", f"/v1/studies/{study_id}/{action}")
+        console.print(f"study {study_id} is {study['state']}")
+
+    command.__doc__ = f"{action.capitalize()} a study."
+    return command
+
+
+for _name in ("pause", "resume", "cancel"):
+    study_app.command(_name)(_action(_name))
+
+
+@study_app.command("watch")
+def study_watch(study_id: int, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = "") -> None:
+    """Follow a study: a progress bar and the current front, until it finishes."""
+    _watch(Api(server, token), study_id)
+
+
+def _watch(api: Api, study_id: int, exit_when_done: bool = True) -> None:
+    from rich.live import Live
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    study = api.call("GET", f"/v1/studies/{study_id}")
+    task = progress.add_task(f"study {study_id}", total=study["progress"]["max_trials"])
+    with Live(progress, console=console, refresh_per_second=4) as live:
+        while True:
+            study = api.call("GET", f"/v1/studies/{study_id}")
+            p = study["progress"]
+            hv = "-" if study["hypervolume"] is None else f"{study['hypervolume']:.4f}"
+            progress.update(task, completed=p["completed"] + p["failed"] + p["cancelled"],
+                            description=f"study {study_id} {study['state']} front={study['front_size']} hv={hv}")
+            front = api.call("GET", f"/v1/studies/{study_id}/front")
+            from rich.console import Group
+
+            live.update(Group(progress, _front_table(front)))
+            if study["state"] in ("completed", "cancelled", "failed") and p["in_flight"] == 0:
+                break
+            time.sleep(1.0)
+    console.print(f"study {study_id} {study['state']}: {study['finish_reason']}")
+
+
+def _front_table(front: dict[str, Any]) -> Table:
+    names = [o["name"] for o in front["objectives"]]
+    table = Table("trial", *names, *[f"{n} vs base" for n in names], "config", title="Pareto front")
+    rows = list(front["trials"])
+    if front["baseline"] and front["baseline"]["values"] and not front["baseline"]["on_front"]:
+        rows.append(front["baseline"])
+    for t in rows:
+        values = t["values"] or {}
+        rel = t["relative"] or {}
+        label = f"{t['number']}{' (baseline)' if t['is_baseline'] else ''}"
+        table.add_row(label, *[f"{values.get(n, float('nan')):.4g}" for n in names],
+                      *[f"{rel[n]:.3f}x" if n in rel else "-" for n in names],
+                      json.dumps(t["config"])[:80])
+    return table
+
+
+@app.command()
+def front(study_id: int, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = "",
+          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Print a study's Pareto front with ratios to the baseline."""
+    data = Api(server, token).call("GET", f"/v1/studies/{study_id}/front")
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    console.print(_front_table(data))
+    hv = data["hypervolume"]
+    console.print(f"hypervolume {hv if hv is None else round(hv, 6)} against {data['reference_point']} x baseline")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

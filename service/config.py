@@ -1,0 +1,40 @@
+"""Settings read from the environment (PARETUNE_*), with the embedded defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("PARETUNE_DATA_DIR", Path.cwd() / ".paretune"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    redis_url: str | None = None
+    data_dir: Path = field(default_factory=default_data_dir)
+    lease_s: float = 60.0  # a lease lives this long without a heartbeat
+    heartbeat_s: float = 10.0  # workers heartbeat this often
+    reaper_interval_s: float = 2.0  # how often expired leases and wall-time limits are checked
+    max_body_bytes: int = 1_000_000  # study documents and results larger than this are refused
+    poll_interval_s: float = 0.5  # long-poll and event re-check period without Redis
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        data_dir = default_data_dir()
+        url = os.environ.get("PARETUNE_DATABASE_URL") or f"sqlite:///{data_dir / 'paretune.db'}"
+        return cls(
+            database_url=url,
+            redis_url=os.environ.get("PARETUNE_REDIS_URL") or None,
+            data_dir=data_dir,
+            lease_s=float(os.environ.get("PARETUNE_LEASE_S", 60)),
+            heartbeat_s=float(os.environ.get("PARETUNE_HEARTBEAT_S", 10)),
+            reaper_interval_s=float(os.environ.get("PARETUNE_REAPER_INTERVAL_S", 2)),
+        )
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")

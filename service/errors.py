@@ -1,0 +1,49 @@
+"""One error base class carrying an HTTP status; the app has one handler for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, field: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "field": self.field, **self.extra}}
+
+
+class Invalid(ApiError):
+    status = 422
+    code = "invalid"
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ApiError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(ApiError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ApiError):
+    status = 409
+    code = "conflict"
+
+
+class TooLarge(ApiError):
+    status = 413
+    code = "too_large"

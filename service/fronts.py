@@ -1,0 +1,113 @@
+"""Keeps each study's Pareto front, baseline ratios and hypervolume up to date.
+
+The front is maintained incrementally in raw minimisation space (dominance does not depend
+on the baseline); the hypervolume is measured in baseline-relative space, so it needs the
+baseline's values and is recomputed in full once when the baseline completes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from service.domain import pareto
+from service.store.models import Study, Trial
+
+
+def minimised(values: dict[str, Any], objectives: list[dict[str, str]]) -> tuple[float, ...]:
+    return pareto.to_minimisation([float(values[o["name"]]) for o in objectives], [o["direction"] for o in objectives])
+
+
+def relative_point(values: dict[str, Any], study: Study) -> tuple[float, ...] | None:
+    """Each objective as a ratio to the baseline, oriented so that smaller is better."""
+    base = study.baseline_values
+    if not base:
+        return None
+    point = []
+    for objective in study.objectives:
+        name = objective["name"]
+        value, reference = float(values[name]), float(base.get(name) or 0.0)
+        if objective["direction"] == "minimize":
+            point.append(value / reference if reference > 0 else float("inf"))
+        else:
+            point.append(reference / value if value > 0 else float("inf"))
+    return tuple(point)
+
+
+def on_completed(session: Session, study: Study, trial: Trial) -> None:
+    """Account for a newly completed trial (values set, feasibility known)."""
+    assert trial.values is not None
+    study.n_completed += 1
+    trial.completed_index = study.n_completed
+    if study.baseline_values:
+        trial.relative = pareto.relative_to_baseline(trial.values, study.baseline_values)
+    if trial.feasible:
+        _update_best(study, trial.values)
+        _update_front(session, study, trial)
+    if trial.is_baseline:
+        _on_baseline(session, study, trial)
+    elif study.baseline_values:
+        study.hypervolume = _front_hypervolume(session, study)
+    trial.hypervolume_after = study.hypervolume
+
+
+def _update_best(study: Study, values: dict[str, Any]) -> None:
+    best = dict(study.best or {})
+    for objective in study.objectives:
+        name, value = objective["name"], float(values[objective["name"]])
+        better = min if objective["direction"] == "minimize" else max
+        best[name] = value if name not in best else better(best[name], value)
+    study.best = best
+
+
+def _update_front(session: Session, study: Study, trial: Trial) -> None:
+    front_rows = session.execute(
+        select(Trial.id, Trial.values).where(Trial.study_id == study.id, Trial.on_front.is_(True))
+    ).all()
+    front = [(row.id, minimised(row.values, study.objectives)) for row in front_rows]
+    on_front, removed = pareto.update_front(front, trial.id, minimised(trial.values or {}, study.objectives))
+    if removed:
+        session.execute(update(Trial).where(Trial.id.in_(removed)).values(on_front=False))
+    trial.on_front = on_front
+    study.front_size = len(front) - len(removed) + (1 if on_front else 0)
+
+
+def _front_hypervolume(session: Session, study: Study) -> float | None:
+    rows = session.execute(
+        select(Trial.values).where(Trial.study_id == study.id, Trial.on_front.is_(True))
+    ).scalars()
+    points = [relative_point(values, study) for values in rows]
+    finite = [p for p in points if p is not None and all(np.isfinite(p))]
+    if not finite:
+        return 0.0
+    return float(pareto.hypervolume(np.array(finite), study.reference_point))
+
+
+def _on_baseline(session: Session, study: Study, baseline: Trial) -> None:
+    """The baseline completed: fill ratios and the hypervolume history of earlier trials."""
+    study.baseline_values = dict(baseline.values or {})
+    rows = session.execute(
+        select(Trial)
+        .where(Trial.study_id == study.id, Trial.state == "completed", Trial.completed_index.is_not(None))
+        .order_by(Trial.completed_index)
+    ).scalars().all()
+    if baseline not in rows:
+        rows.append(baseline)
+    points, owners = [], []
+    for row in rows:
+        row.relative = pareto.relative_to_baseline(row.values or {}, study.baseline_values)
+        if row.feasible:
+            point = relative_point(row.values or {}, study)
+            if point is not None and all(np.isfinite(point)):
+                points.append(point)
+                owners.append(row)
+    history = pareto.hypervolume_history(np.array(points), study.reference_point) if points else []
+    value_by_row = {id(row): hv for row, hv in zip(owners, history, strict=True)}
+    current = 0.0
+    for row in rows:
+        current = value_by_row.get(id(row), current)
+        row.hypervolume_after = current
+    study.hypervolume = current

@@ -1,0 +1,167 @@
+"""SQLAlchemy 2.0 models: the database is the source of truth and the trial queue."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# JSONB on Postgres (indexable, compact), plain JSON text on SQLite.
+Json = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments INTEGER PRIMARY KEY, so BigInteger ids fall back to Integer there.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: Json, list[Any]: Json}
+
+
+class Team(Base):
+    __tablename__ = "teams"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ApiToken(Base):
+    """A bearer token. Only its SHA-256 is stored; the secret is shown once at creation."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))  # user | worker
+    role: Mapped[str] = mapped_column(String(16))  # viewer | member | approver | admin | worker
+    superuser: Mapped[bool] = mapped_column(Boolean, default=False)
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"), nullable=True)
+    pool: Mapped[str | None] = mapped_column(String(100), nullable=True)  # worker tokens only
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    pool: Mapped[str] = mapped_column(String(100), index=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id"))
+    fingerprint: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    backends: Mapped[list[Any]] = mapped_column(default=list)
+    energy: Mapped[bool] = mapped_column(Boolean, default=False)
+    registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Study(Base):
+    __tablename__ = "studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(16), index=True)  # running|paused|completed|cancelled|failed
+    finish_reason: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    document: Mapped[dict[str, Any]] = mapped_column()  # the validated, normalised study document
+    objectives: Mapped[list[Any]] = mapped_column()  # [{"name", "direction"}]
+    pool: Mapped[str] = mapped_column(String(100))
+    backend: Mapped[str] = mapped_column(String(32))
+    sampler: Mapped[str] = mapped_column(String(16))
+    requires_energy: Mapped[bool] = mapped_column(Boolean, default=False)
+    max_trials: Mapped[int] = mapped_column(Integer)
+    max_failed_trials: Mapped[int] = mapped_column(Integer)
+    wall_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    parallelism: Mapped[int] = mapped_column(Integer)
+    n_created: Mapped[int] = mapped_column(Integer, default=0)
+    n_completed: Mapped[int] = mapped_column(Integer, default=0)
+    n_failed: Mapped[int] = mapped_column(Integer, default=0)
+    n_cancelled: Mapped[int] = mapped_column(Integer, default=0)
+    baseline_values: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    reference_point: Mapped[list[Any]] = mapped_column()  # relative to the baseline, minimisation
+    hypervolume: Mapped[float | None] = mapped_column(Float, nullable=True)
+    front_size: Mapped[int] = mapped_column(Integer, default=0)
+    best: Mapped[dict[str, Any]] = mapped_column(default=dict)  # objective -> best raw value
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
+        Index("ix_trials_queue", "pool", "state", "id"),
+        Index("ix_trials_expiry", "state", "lease_expires_at"),
+        Index("ix_trials_study_seq", "study_id", "seq"),
+        Index("ix_trials_study_front", "study_id", "on_front"),
+        Index("ix_trials_study_state_number", "study_id", "state", "number"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # queued|paused|running|completed|failed|cancelled
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), default=0)
+    pool: Mapped[str] = mapped_column(String(100))
+    backend: Mapped[str] = mapped_column(String(32))
+    requires_energy: Mapped[bool] = mapped_column(Boolean, default=False)
+    is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
+    config: Mapped[dict[str, Any]] = mapped_column()
+    sampler_state: Mapped[dict[str, Any]] = mapped_column(default=dict)  # optuna system attrs
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    lease_token: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    phase: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id"), nullable=True)
+    values: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # objective -> raw
+    relative: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # value / baseline
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # full Metric dicts
+    feasible: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    constraint_values: Mapped[list[Any] | None] = mapped_column(Json, nullable=True)  # <= 0 feasible
+    on_front: Mapped[bool] = mapped_column(Boolean, default=False)
+    completed_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    hypervolume_after: Mapped[float | None] = mapped_column(Float, nullable=True)
+    failure_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log: Mapped[str | None] = mapped_column(Text, nullable=True)
+    correctness: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    compile_report: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    environment: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    timings: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    fingerprint: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Counter(Base):
+    """Monotonic counters on SQLite, where there are no sequences (Postgres uses one)."""
+
+    __tablename__ = "counters"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), default=0)

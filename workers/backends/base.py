@@ -1,0 +1,74 @@
+"""The interface every backend (cpu, python, triton, cuda) implements.
+
+A backend's methods run inside the trial sandbox (a subprocess of the worker agent), never
+in the agent itself, so a crash or a hang in user code cannot take the agent down.
+`compile` runs on spare CPU cores (possibly while another trial measures on the device);
+`check` and `measure` own the device exclusively.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.contract import FailureReason, KernelSpec, Metric
+
+
+class TrialFailure(Exception):
+    """Raised by a backend to fail the trial with a reason and a log excerpt."""
+
+    def __init__(self, reason: FailureReason, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.log = log
+
+
+@dataclass
+class CompiledKernel:
+    """What `compile` leaves in its work directory for `check` and `measure` to load."""
+
+    directory: Path
+    files: dict[str, str] = field(default_factory=dict)  # role -> file name inside directory
+    report: dict[str, Any] = field(default_factory=dict)  # registers, spills, smem, flags, ...
+    log: str = ""
+
+
+@dataclass
+class CheckOutcome:
+    passed: bool
+    details: dict[str, Any] = field(default_factory=dict)  # max_abs_err, rel_err, tolerance
+
+
+class Backend(ABC):
+    name: str
+
+    @abstractmethod
+    def probe(self) -> dict[str, Any]:
+        """What this machine offers the backend: {'available': bool, 'reason': str,
+        'compilers': {...}, 'energy': bool}. Cheap; called once at worker start."""
+
+    @abstractmethod
+    def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
+        """Identity of a compiled artifact: source hash, configuration, compiler version."""
+
+    @abstractmethod
+    def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
+        """Build the kernel under `config` into `workdir`; raise TrialFailure(COMPILE_ERROR)."""
+
+    @abstractmethod
+    def check(self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel) -> CheckOutcome:
+        """Run on fresh random inputs and compare with a reference."""
+
+    @abstractmethod
+    def measure(
+        self,
+        kernel: KernelSpec,
+        config: dict[str, Any],
+        built: CompiledKernel,
+        objectives: list[str],
+        settings: Any,
+    ) -> tuple[dict[str, Metric], dict[str, Any]]:
+        """Return (metrics by objective name, environment such as clocks and temperature)."""
