@@ -1,0 +1,498 @@
+"""The worker agent: registers, leases trials, runs each one sandboxed, heartbeats, reports.
+
+Threads:
+  leaser   leases trials (HTTP long-poll) and compiles each in a sandbox process on the
+           compile CPUs; with prefetch it holds up to two leases, so trial N+1 compiles while
+           trial N measures;
+  main     checks and measures one trial at a time in a sandbox process pinned to the
+           measurement CPU (the device is never shared by two measurements, nor with a
+           compile when the machine has a spare core), then posts the result;
+  keeper   heartbeats every held lease with its phase; a 409 or cancel=true kills that
+           trial's sandbox and drops it without a result.
+
+Stopping (SIGTERM, or the stop event of run_agent): the agent stops leasing and drains:
+trials it holds run to the end and their results are posted, if that takes no longer than
+drain_timeout_s. Past that, or on a second SIGTERM/SIGINT (abort), the sandboxes are killed
+and the agent exits without posting; it stops heartbeating, so the leases expire after
+lease_s and the service re-queues the trials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workers.backends import probe_backends
+from workers.cache import ArtifactCache, default_cache_dir
+from workers.client import ApiError, ControlPlaneClient, GaveUp, LeaseGone
+from workers.contract import Lease, LeaseRequest, RegisterRequest, TrialResult
+from workers.fingerprint import collect, usable_cpus
+from workers.sandbox import CompileStage, compile_trial, run_trial
+
+log = logging.getLogger("paretune.worker")
+
+
+@dataclass
+class AgentConfig:
+    server: str
+    token: str
+    pool: str = "default"
+    name: str | None = None
+    cache_dir: Path | None = None
+    prefetch: bool = True
+    max_trials: int | None = None
+    backends: list[str] | None = None  # None: every backend whose probe says available
+    wait_s: float = 10.0  # lease long-poll
+    drain_timeout_s: float = 30.0
+    measure_cpus: list[int] | None = None  # default: the last usable CPU
+    compile_cpus: list[int] | None = None  # default: the other usable CPUs
+    cache_max_bytes: int = 2 << 30
+
+
+@dataclass
+class AgentSummary:
+    worker_id: int | None = None
+    leased: int = 0
+    completed: int = 0
+    failed: int = 0
+    abandoned: int = 0  # cancelled, lease lost, or dropped on abort
+    unreported: int = 0  # finished, but the result could not be delivered
+    elapsed_s: float = 0.0
+    error: str | None = None
+    trial_ids: list[int] = field(default_factory=list)
+
+
+class AgentError(Exception):
+    """The agent cannot serve (bad token, no usable backend)."""
+
+
+@dataclass
+class HeldLease:
+    lease: Lease
+    heartbeat_s: float
+    lease_s: float
+    phase: str = "leased"
+    deadline: float = 0.0  # monotonic time the lease expires unless heartbeated
+    next_beat: float = 0.0
+    beating: bool = True
+    cancel: threading.Event = field(default_factory=threading.Event)
+    why_dropped: str = ""
+    stage: CompileStage | None = None
+
+    @property
+    def label(self) -> str:
+        t = self.lease.trial
+        return f"trial {t.trial_id} (study {t.study_id} #{t.number}, attempt {t.attempt})"
+
+    def drop(self, why: str) -> None:
+        if not self.cancel.is_set():
+            self.why_dropped = why
+            self.cancel.set()
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, stop_event: threading.Event | None = None) -> None:
+        self.config = config
+        self.stop = stop_event or threading.Event()
+        self.abort = threading.Event()
+        self.done = threading.Event()
+        self.client = ControlPlaneClient(
+            config.server, config.token, stop=self.stop, abort=self.abort
+        )
+        self.cache = ArtifactCache(config.cache_dir or default_cache_dir())
+        self.summary = AgentSummary()
+        self.slots = threading.Semaphore(2 if config.prefetch else 1)
+        self.ready: queue.Queue[HeldLease | None] = queue.Queue()
+        self.held: dict[str, HeldLease] = {}
+        self.held_lock = threading.Lock()
+        self.device_lock = threading.Lock()
+        self.stop_seen_at: float | None = None
+        self.worker_id = 0
+        self.heartbeat_s, self.lease_s = 10.0, 60.0
+        self.measure_cpus, self.compile_cpus, self.compile_needs_device = self._assign_cpus()
+
+    def _assign_cpus(self) -> tuple[list[int] | None, list[int] | None, bool]:
+        if not hasattr(os, "sched_setaffinity"):
+            return None, None, self.config.prefetch  # cannot pin: never overlap the two
+        cpus = usable_cpus()
+        measure = self.config.measure_cpus or cpus[-1:]
+        spare = [c for c in cpus if c not in measure] or cpus
+        compile_ = self.config.compile_cpus or (spare if self.config.prefetch else cpus)
+        overlap = self.config.prefetch and bool(set(compile_) & set(measure))
+        return measure, compile_, overlap
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def run(self) -> AgentSummary:
+        started = time.monotonic()
+        try:
+            self._register()
+            self.cache.prune(self.config.cache_max_bytes)
+            keeper = threading.Thread(target=self._keeper_loop, name="keeper", daemon=True)
+            leaser = threading.Thread(target=self._leaser_loop, name="leaser", daemon=True)
+            keeper.start()
+            leaser.start()
+            self._measure_loop()
+        except AgentError as exc:
+            self.summary.error = str(exc)
+            raise
+        finally:
+            self.done.set()
+            self.abort.set()  # nothing may outlive run(): kill any sandbox still running
+            self._drop_all("the agent stopped")
+            self.client.close()
+            self.summary.elapsed_s = time.monotonic() - started
+            s = self.summary
+            log.info(
+                "worker stopped after %.0f s: %d leased, %d completed, %d failed, "
+                "%d abandoned, %d unreported",
+                s.elapsed_s,
+                s.leased,
+                s.completed,
+                s.failed,
+                s.abandoned,
+                s.unreported,
+            )
+        return self.summary
+
+    def request_stop(self) -> None:
+        """Stop leasing and drain (first SIGTERM)."""
+        self.stop.set()
+
+    def request_abort(self, why: str = "aborted") -> None:
+        """Kill running trials and exit without results (second signal, drain timeout)."""
+        self.stop.set()
+        self.abort.set()
+        self._drop_all(why)
+
+    def _register(self) -> None:
+        probes = probe_backends(self.config.backends)
+        usable = [name for name, probe in probes.items() if probe.get("available")]
+        if not usable:
+            reasons = "; ".join(f"{n}: {p.get('reason', '')}" for n, p in probes.items())
+            raise AgentError(f"no backend can run on this machine ({reasons})")
+        fingerprint = collect(probes)
+        name = self.config.name or f"{socket.gethostname()}-{os.getpid()}"
+        request = RegisterRequest(name=name, pool=self.config.pool, fingerprint=fingerprint)
+        try:
+            registered = self.client.register(request)
+        except ApiError as exc:
+            raise AgentError(f"registration refused: {exc}") from exc
+        except GaveUp as exc:
+            raise AgentError(f"stopped before registering: {exc}") from exc
+        self.worker_id = registered.worker_id
+        self.summary.worker_id = registered.worker_id
+        self.heartbeat_s, self.lease_s = registered.heartbeat_s, registered.lease_s
+        log.info(
+            "registered as worker %d (%s) in pool %r at %s; backends %s; energy %s; "
+            "prefetch %s; measure CPUs %s, compile CPUs %s",
+            registered.worker_id,
+            name,
+            self.config.pool,
+            self.config.server,
+            ",".join(usable),
+            fingerprint.energy,
+            self.config.prefetch,
+            self.measure_cpus,
+            self.compile_cpus,
+        )
+
+    # -- leasing and compiling (leaser thread) ---------------------------------------------
+
+    def _leaser_loop(self) -> None:
+        try:
+            while not self.stop.is_set():
+                if not self.slots.acquire(timeout=0.2):
+                    continue
+                if self._budget_spent() or self.stop.is_set():
+                    self.slots.release()
+                    break
+                lease = self._lease_once()
+                if lease is None:
+                    self.slots.release()
+                    continue
+                held = self._hold(lease)
+                self._compile(held)
+                self.ready.put(held)
+        except Exception:
+            log.exception("the leaser failed; stopping the worker")
+            self.stop.set()
+        finally:
+            self.ready.put(None)
+
+    def _budget_spent(self) -> bool:
+        limit = self.config.max_trials
+        return limit is not None and self.summary.leased >= limit
+
+    def _lease_once(self) -> Lease | None:
+        request = LeaseRequest(worker_id=self.worker_id, wait_s=self.config.wait_s)
+        try:
+            return self.client.lease(request)
+        except GaveUp:
+            return None
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                log.error("the service refused this worker's token: %s", exc)
+                self.summary.error = str(exc)
+                self.stop.set()
+            else:
+                log.error("lease request rejected: %s", exc)
+                self.stop.wait(5.0)
+            return None
+
+    def _hold(self, lease: Lease) -> HeldLease:
+        now = time.monotonic()
+        heartbeat_s = lease.heartbeat_s or self.heartbeat_s
+        held = HeldLease(
+            lease,
+            heartbeat_s,
+            lease.lease_s or self.lease_s,
+            deadline=now + (lease.lease_s or self.lease_s),
+            next_beat=now + heartbeat_s,
+        )
+        with self.held_lock:
+            self.held[lease.token] = held
+        self.summary.leased += 1
+        self.summary.trial_ids.append(lease.trial.trial_id)
+        t = lease.trial
+        log.info(
+            "%s leased: %s/%s config %s",
+            held.label,
+            t.kernel.backend,
+            t.kernel.builtin or t.kernel.entry or "source",
+            t.config,
+        )
+        return held
+
+    def _compile(self, held: HeldLease) -> None:
+        if held.cancel.is_set():
+            return
+        held.phase = "compile"
+        lock = self.device_lock if self.compile_needs_device else contextlib.nullcontext()
+        with lock:
+            stage = compile_trial(
+                held.lease.trial, self.cache, cpus=self.compile_cpus, cancel=held.cancel
+            )
+        held.stage = stage
+        held.phase = "compiled"
+        if stage.failure is not None:
+            log.info(
+                "%s compile failed after %.2f s: %s",
+                held.label,
+                stage.wall_s,
+                stage.failure.message,
+            )
+        elif not stage.abandoned:
+            log.info(
+                "%s compiled in %.2f s%s",
+                held.label,
+                stage.wall_s,
+                " (cached)" if stage.cached else "",
+            )
+
+    # -- measuring and reporting (main thread) ---------------------------------------------
+
+    def _measure_loop(self) -> None:
+        while not self.abort.is_set():
+            try:
+                held = self.ready.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if held is None:
+                return
+            try:
+                self._run_and_report(held)
+            finally:
+                with self.held_lock:
+                    self.held.pop(held.lease.token, None)
+                self.slots.release()
+
+    def _run_and_report(self, held: HeldLease) -> None:
+        spec = held.lease.trial
+        result: TrialResult | None = None
+        if not held.cancel.is_set() and held.stage is not None:
+            held.phase = "check"
+
+            def show(phase: str) -> None:
+                held.phase = phase
+
+            with self.device_lock:
+                result = run_trial(
+                    spec,
+                    held.stage,
+                    self.cache.root / "staging",
+                    cpus=self.measure_cpus,
+                    cancel=held.cancel,
+                    on_phase=show,
+                )
+        if result is None or held.cancel.is_set():
+            self.summary.abandoned += 1
+            log.warning("%s abandoned: %s", held.label, held.why_dropped or "cancelled")
+            return
+        held.phase = "report"
+        held.beating = False  # from here the result is retried until the lease expires
+        self._post(held, result)
+
+    def _post(self, held: HeldLease, result: TrialResult) -> None:
+        try:
+            ack = self.client.post_result(held.lease.token, result, deadline=held.deadline)
+        except LeaseGone as exc:
+            self.summary.unreported += 1
+            log.warning("%s result refused, the lease is gone: %s", held.label, exc)
+            return
+        except (GaveUp, ApiError) as exc:
+            self.summary.unreported += 1
+            log.error("%s result not delivered: %s", held.label, exc)
+            return
+        if result.status == "completed":
+            self.summary.completed += 1
+        else:
+            self.summary.failed += 1
+        log.info("%s %s%s", held.label, _describe(result), " (duplicate)" if ack.duplicate else "")
+
+    # -- heartbeats and drain deadline (keeper thread) -------------------------------------
+
+    def _keeper_loop(self) -> None:
+        while not self.done.wait(0.2):
+            now = time.monotonic()
+            if self.stop.is_set() and self.stop_seen_at is None:
+                self.stop_seen_at = now
+                log.info(
+                    "stopping: no new leases; draining held trials for up to %.0f s",
+                    self.config.drain_timeout_s,
+                )
+            if (
+                self.stop_seen_at is not None
+                and not self.abort.is_set()
+                and now - self.stop_seen_at > self.config.drain_timeout_s
+            ):
+                log.warning("drain timeout: killing held trials, their leases will expire")
+                self.request_abort("drain timeout")
+            with self.held_lock:
+                due = [
+                    h
+                    for h in self.held.values()
+                    if h.beating and not h.cancel.is_set() and now >= h.next_beat
+                ]
+            for held in due:
+                self._beat(held)
+
+    def _beat(self, held: HeldLease) -> None:
+        sent = time.monotonic()
+        try:
+            reply = self.client.heartbeat(
+                held.lease.token, held.phase, deadline=sent + max(1.0, held.heartbeat_s)
+            )
+        except LeaseGone as exc:
+            held.drop(f"the lease is gone ({exc})")
+            return
+        except GaveUp as exc:
+            log.warning("%s heartbeat failed: %s", held.label, exc)
+            held.next_beat = time.monotonic() + 1.0
+            return
+        except ApiError as exc:
+            log.error("%s heartbeat rejected: %s", held.label, exc)
+            held.next_beat = time.monotonic() + held.heartbeat_s
+            return
+        held.deadline = sent + held.lease_s
+        held.next_beat = sent + held.heartbeat_s
+        if reply.cancel:
+            held.drop("the study was cancelled or paused")
+
+    def _drop_all(self, why: str) -> None:
+        with self.held_lock:
+            for held in self.held.values():
+                held.beating = False
+                held.drop(why)
+
+
+def _describe(result: TrialResult) -> str:
+    t = result.timings
+    timing = ", ".join(
+        f"{name} {t[key]:.2f} s"
+        for name, key in (
+            ("compile", "compile_wall_s"),
+            ("check", "check_s"),
+            ("measure", "measure_s"),
+        )
+        if key in t
+    )
+    if result.status == "completed":
+        values = " ".join(
+            f"{k}={m.value:.4g}{m.unit and ' ' + m.unit}" for k, m in result.metrics.items()
+        )
+        return f"completed: {values} [{timing}]"
+    reason = result.failure_reason.value if result.failure_reason else "?"
+    return f"failed ({reason}): {result.message} [{timing}]"
+
+
+def run_agent(config: AgentConfig, stop_event: threading.Event | None = None) -> AgentSummary:
+    """Run a worker agent until stop_event is set (then drain) or max_trials are done.
+    Safe to call from any thread (it installs no signal handlers)."""
+    return Agent(config, stop_event).run()
+
+
+class AgentThread:
+    """A worker agent in a background thread of this process (used by `paretune up`)."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.stop_event = threading.Event()
+        self.summary: AgentSummary | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(config,), name="paretune-worker", daemon=True
+        )
+
+    def _run(self, config: AgentConfig) -> None:
+        try:
+            self.summary = run_agent(config, self.stop_event)
+        except BaseException as exc:
+            self.error = exc
+            log.error("the local worker stopped: %s", exc)
+
+    def start(self) -> AgentThread:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float | None = 60.0) -> AgentSummary | None:
+        self.stop_event.set()
+        self.thread.join(timeout)
+        return self.summary
+
+
+def start_agent_thread(config: AgentConfig) -> AgentThread:
+    return AgentThread(config).start()
+
+
+def start_agent_process(config: AgentConfig, log_path: Path | None = None) -> subprocess.Popen:
+    """A worker agent as a child process (`python -m workers`); the token travels in the
+    environment, not on the command line. Stop it with SIGTERM (drain) and wait()."""
+    command = [sys.executable, "-m", "workers", "--server", config.server, "--pool", config.pool]
+    if config.name:
+        command += ["--name", config.name]
+    if config.cache_dir:
+        command += ["--cache-dir", str(config.cache_dir)]
+    if not config.prefetch:
+        command.append("--no-prefetch")
+    if config.max_trials is not None:
+        command += ["--max-trials", str(config.max_trials)]
+    if config.backends:
+        command += ["--backends", ",".join(config.backends)]
+    env = {**os.environ, "PARETUNE_WORKER_TOKEN": config.token}
+    output = log_path.open("ab") if log_path else None
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT if output else None,
+        stdin=subprocess.DEVNULL,
+    )

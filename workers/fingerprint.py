@@ -1,0 +1,117 @@
+"""The hardware and software a worker measures on, sent at registration and kept with every
+trial it runs, so a result can be traced to (and compared only with) its machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from workers.contract import Fingerprint
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cpus() -> list[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _run(command: list[str], timeout: float = 10.0) -> str:
+    if not shutil.which(command[0]):
+        return ""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def cc_version() -> str:
+    out = _run([os.environ.get("CC", "cc"), "--version"])
+    return out.splitlines()[0].strip() if out else ""
+
+
+def gpus() -> dict[str, Any]:
+    """GPU name, count, driver and CUDA version from nvidia-smi; empty without NVIDIA GPUs."""
+    listing = _run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    rows = [line.split(",") for line in listing.strip().splitlines() if line.strip()]
+    if not rows:
+        return {}
+    info: dict[str, Any] = {
+        "gpu_name": rows[0][0].strip(),
+        "gpu_count": len(rows),
+        "driver_version": rows[0][1].strip() if len(rows[0]) > 1 else None,
+    }
+    names = sorted({row[0].strip() for row in rows})
+    if len(names) > 1:
+        info["gpu_names"] = names
+    match = re.search(r"CUDA Version:\s*([\d.]+)", _run(["nvidia-smi"]))
+    if match:
+        info["cuda_version"] = match.group(1)
+    return info
+
+
+def paretune_version() -> str:
+    try:
+        return metadata.version("paretune")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def collect(probes: dict[str, dict[str, Any]]) -> Fingerprint:
+    """The fingerprint of this machine given the backends' probe() results."""
+    compilers: dict[str, str] = {}
+    cc = cc_version()
+    if cc:
+        compilers["cc"] = cc
+    for probe in probes.values():
+        if probe.get("available"):
+            compilers.update({k: str(v) for k, v in probe.get("compilers", {}).items()})
+    available = sorted(name for name, probe in probes.items() if probe.get("available"))
+    return Fingerprint(
+        hostname=socket.gethostname(),
+        os=platform.platform(),
+        python=platform.python_version(),
+        cpu_model=cpu_model(),
+        cpu_count=os.cpu_count() or 0,
+        compilers=compilers,
+        backends=available,
+        energy=any(probes[name].get("energy") for name in available),
+        paretune=paretune_version(),
+        usable_cpus=len(usable_cpus()),
+        memory_gib=memory_gib(),
+        machine=platform.machine(),
+        energy_by_backend={name: bool(probes[name].get("energy")) for name in available},
+        unavailable_backends={
+            name: str(probe.get("reason", ""))
+            for name, probe in probes.items()
+            if not probe.get("available")
+        },
+        **gpus(),
+    )

@@ -1,0 +1,146 @@
+"""Problems the cpu backend knows how to call, check and time.
+
+A C kernel, built-in or user-written, implements one problem's calling convention (ABI);
+the problem makes fresh random inputs for a workload shape, calls the kernel through ctypes
+and computes the reference result in float64 with numpy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Case:
+    """One shape's buffers, ready to call the kernel on again and again."""
+
+    dims: dict[str, int]
+    call: Callable[[], None]  # runs the kernel once on the buffers
+    output: np.ndarray
+    reference: Callable[[], np.ndarray]  # float64 expected output
+    flops: float
+    nbytes: int  # bytes of input and output touched by one call
+
+
+class Problem(ABC):
+    name: str
+    abi: str  # the C prototype a kernel must have, shown in error messages
+    tolerance: float  # allowed max |out - ref| / max(|ref|, 1) for float32 outputs
+
+    @abstractmethod
+    def shape(self, dims: dict[str, int]) -> dict[str, int]:
+        """Complete a workload shape's dims with defaults; raise ValueError if unusable."""
+
+    @abstractmethod
+    def edge_shapes(self) -> list[dict[str, int]]:
+        """Small ragged shapes checked in addition to the workload (tile remainders)."""
+
+    @abstractmethod
+    def case(self, fn: ctypes._CFuncPtr, dims: dict[str, int], rng: np.random.Generator) -> Case:
+        """Fresh random inputs for `dims` bound to the kernel function `fn`."""
+
+
+def _ptr(array: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(array.ctypes.data)
+
+
+class Matmul(Problem):
+    name = "matmul"
+    abi = "void f(int M, int N, int K, const float *A, const float *B, float *C)"
+    tolerance = 1e-4
+
+    def shape(self, dims: dict[str, int]) -> dict[str, int]:
+        n = dims.get("n")
+        m, cols, k = dims.get("m", n), dims.get("n", n), dims.get("k", n)
+        if not all(isinstance(v, int) and v > 0 for v in (m, cols, k)):
+            raise ValueError(f"matmul needs positive dims n (or m, n, k), got {dims}")
+        return {"m": m, "n": cols, "k": k}  # type: ignore[dict-item]
+
+    def edge_shapes(self) -> list[dict[str, int]]:
+        return [{"m": 37, "n": 53, "k": 29}]
+
+    def case(self, fn: ctypes._CFuncPtr, dims: dict[str, int], rng: np.random.Generator) -> Case:
+        m, n, k = dims["m"], dims["n"], dims["k"]
+        a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+        b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+        c = np.full((m, n), np.nan, dtype=np.float32)
+        fn.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3
+        fn.restype = None
+        args = (m, n, k, _ptr(a), _ptr(b), _ptr(c))
+
+        def call() -> None:
+            fn(*args)
+
+        return Case(
+            dims=dims,
+            call=call,
+            output=c,
+            reference=lambda: a.astype(np.float64) @ b.astype(np.float64),
+            flops=2.0 * m * n * k,
+            nbytes=a.nbytes + b.nbytes + c.nbytes,
+        )
+
+
+def stencil_reference(grid: np.ndarray, steps: int) -> np.ndarray:
+    cur = grid.astype(np.float64)
+    for _ in range(steps):
+        nxt = cur.copy()
+        nxt[1:-1, 1:-1] = 0.5 * cur[1:-1, 1:-1] + 0.125 * (
+            cur[:-2, 1:-1] + cur[2:, 1:-1] + cur[1:-1, :-2] + cur[1:-1, 2:]
+        )
+        cur = nxt
+    return cur
+
+
+class Stencil(Problem):
+    name = "stencil"
+    abi = "void f(int N, int M, int steps, const float *in, float *out, float *scratch)"
+    tolerance = 1e-5
+
+    def shape(self, dims: dict[str, int]) -> dict[str, int]:
+        n = dims.get("n")
+        m, steps = dims.get("m", n), dims.get("steps", 1)
+        if not all(isinstance(v, int) and v > 0 for v in (n, m, steps)):
+            raise ValueError(f"stencil needs positive dims n (and optionally m, steps), got {dims}")
+        return {"n": n, "m": m, "steps": steps}  # type: ignore[dict-item]
+
+    def edge_shapes(self) -> list[dict[str, int]]:
+        return [{"n": 37, "m": 53, "steps": 3}]
+
+    def case(self, fn: ctypes._CFuncPtr, dims: dict[str, int], rng: np.random.Generator) -> Case:
+        n, m, steps = dims["n"], dims["m"], dims["steps"]
+        grid = rng.uniform(-1, 1, (n, m)).astype(np.float32)
+        out = np.full((n, m), np.nan, dtype=np.float32)
+        scratch = np.empty((n, m), dtype=np.float32)
+        fn.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3
+        fn.restype = None
+        args = (n, m, steps, _ptr(grid), _ptr(out), _ptr(scratch))
+
+        def call() -> None:
+            fn(*args)
+
+        return Case(
+            dims=dims,
+            call=call,
+            output=out,
+            reference=lambda: stencil_reference(grid, steps),
+            flops=6.0 * max(n - 2, 0) * max(m - 2, 0) * steps,
+            nbytes=grid.nbytes + out.nbytes + scratch.nbytes,
+        )
+
+
+PROBLEMS: dict[str, Problem] = {p.name: p for p in (Matmul(), Stencil())}
+
+
+def get_problem(name: str) -> Problem:
+    try:
+        return PROBLEMS[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown cpu problem {name!r}; known: {', '.join(sorted(PROBLEMS))}"
+        ) from None

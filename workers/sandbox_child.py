@@ -1,0 +1,123 @@
+"""The inside of the trial sandbox: `python -m workers.sandbox_child JOBDIR`.
+
+Reads JOBDIR/job.json (phase, trial spec, build directory, CPUs), runs one phase of the
+trial with its backend and writes JOBDIR/result.json. Progress within the run phase
+(check, then measure) is written to JOBDIR/phase for the agent's heartbeats. Anything the
+kernel prints, and the Python traceback of a fatal signal, lands in the job's output log,
+which the agent excerpts. See workers.sandbox for the outside.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from workers.backends import BackendUnavailable, get_backend
+from workers.backends.base import Backend, CompiledKernel, TrialFailure
+from workers.contract import FailureReason, TrialSpec
+
+LOG_LIMIT = 16_000
+
+
+def _compile(backend: Backend, spec: TrialSpec, workdir: Path) -> dict[str, Any]:
+    started = time.perf_counter()
+    built = backend.compile(spec.kernel, spec.config, workdir)
+    report = dict(built.report)
+    report.setdefault("compile_s", time.perf_counter() - started)
+    return {"files": built.files, "report": report, "log": built.log[-LOG_LIMIT:]}
+
+
+def _run(
+    backend: Backend, spec: TrialSpec, job: dict[str, Any], jobdir: Path, partial: dict[str, Any]
+) -> dict[str, Any]:
+    b = job["built"]
+    built = CompiledKernel(
+        Path(b["directory"]), b.get("files", {}), b.get("report", {}), b.get("log", "")
+    )
+    (jobdir / "phase").write_text("check")
+    started = time.perf_counter()
+    outcome = backend.check(spec.kernel, spec.config, built)
+    partial["timings"] = {"check_s": time.perf_counter() - started}
+    partial["correctness"] = {"passed": outcome.passed, **outcome.details}
+    if not outcome.passed:
+        raise TrialFailure(
+            FailureReason.WRONG_RESULT,
+            "the output differs from the reference: "
+            + json.dumps(_short(outcome.details), default=str),
+        )
+    (jobdir / "phase").write_text("measure")
+    started = time.perf_counter()
+    metrics, environment = backend.measure(
+        spec.kernel, spec.config, built, spec.objectives, spec.measure
+    )
+    partial["timings"]["measure_s"] = time.perf_counter() - started
+    return {
+        "metrics": {name: m.model_dump(mode="json") for name, m in metrics.items()},
+        "environment": environment,
+        "correctness": partial["correctness"],
+        "timings": partial["timings"],
+    }
+
+
+def _short(details: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in details.items() if not isinstance(v, list | dict)}
+
+
+def run_job(jobdir: Path) -> dict[str, Any]:
+    job = json.loads((jobdir / "job.json").read_text())
+    if job.get("cpus") and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, job["cpus"])
+    partial: dict[str, Any] = {}
+    try:
+        spec = TrialSpec.model_validate(job["trial"])
+        backend = get_backend(spec.kernel.backend)
+        if job["phase"] == "compile":
+            return {"ok": True, **_compile(backend, spec, Path(job["workdir"]))}
+        return {"ok": True, **_run(backend, spec, job, jobdir, partial)}
+    except TrialFailure as failure:
+        return {
+            "ok": False,
+            "reason": failure.reason.value,
+            "message": failure.message,
+            "log": failure.log[-LOG_LIMIT:],
+            **partial,
+        }
+    except BackendUnavailable as exc:
+        return {
+            "ok": False,
+            "reason": FailureReason.UNSUPPORTED.value,
+            "message": str(exc),
+            "log": "",
+            **partial,
+        }
+    except BaseException as exc:  # user code may raise anything, even SystemExit
+        return {
+            "ok": False,
+            "reason": FailureReason.ERROR.value,
+            "message": f"{type(exc).__name__}: {exc}",
+            "log": traceback.format_exc()[-LOG_LIMIT:],
+            **partial,
+        }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    jobdir = Path(args[0])
+    faulthandler.enable()
+    result = run_job(jobdir)
+    partial_path = jobdir / "result.json.tmp"
+    partial_path.write_text(json.dumps(result, default=str))
+    os.replace(partial_path, jobdir / "result.json")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: user threads or atexit hooks cannot hang the exit
+
+
+if __name__ == "__main__":
+    main()
