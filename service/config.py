@@ -33,6 +33,7 @@ class Settings:
             lease_s=float(os.environ.get("PARETUNE_LEASE_S", 60)),
             heartbeat_s=float(os.environ.get("PARETUNE_HEARTBEAT_S", 10)),
             reaper_interval_s=float(os.environ.get("PARETUNE_REAPER_INTERVAL_S", 2)),
+            poll_interval_s=float(os.environ.get("PARETUNE_POLL_INTERVAL_S", 0.5)),
         )
 
     @property

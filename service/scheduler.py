@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from typing import Any
 
 import optuna
@@ -22,8 +21,7 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
-from optuna.samplers._base import _CONSTRAINTS_KEY
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -32,7 +30,7 @@ from service.store.models import Study, Trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-CONSTRAINTS_ATTR = "paretune_constraints"
+CONSTRAINT_PREFIX = "constraints:"  # Optuna's system attribute for Trial.set_constraint
 FINISHED = {"completed", "failed", "cancelled"}
 
 
@@ -51,10 +49,6 @@ def distributions_for(space: list[dict[str, Any]]) -> dict[str, BaseDistribution
     return result
 
 
-def _constraints_func(trial: FrozenTrial) -> Sequence[float]:
-    return trial.user_attrs.get(CONSTRAINTS_ATTR, ())
-
-
 SAMPLER_CLASSES = {
     "nsga2": optuna.samplers.NSGAIISampler,
     "nsga3": optuna.samplers.NSGAIIISampler,
@@ -63,7 +57,6 @@ SAMPLER_CLASSES = {
     "random": optuna.samplers.RandomSampler,
     "grid": optuna.samplers.GridSampler,
 }
-TAKES_CONSTRAINTS = {"nsga2", "nsga3", "tpe", "gp"}
 RESERVED_OPTIONS = {"seed", "constraints_func", "search_space"}
 
 
@@ -94,7 +87,7 @@ def check_sampler_options(name: str, options: dict[str, Any]) -> None:
             ) from exc
 
 
-def make_sampler(document: dict[str, Any], with_constraints: bool) -> optuna.samplers.BaseSampler:
+def make_sampler(document: dict[str, Any]) -> optuna.samplers.BaseSampler:
     sampler = document["sampler"]
     name = sampler["name"]
     options = dict(sampler.get("options") or {})
@@ -104,8 +97,6 @@ def make_sampler(document: dict[str, Any], with_constraints: bool) -> optuna.sam
         kwargs["search_space"] = {
             p["name"]: sd.grid_values(_param_model(p)) for p in document["space"]
         }
-    if with_constraints and name in TAKES_CONSTRAINTS:
-        kwargs["constraints_func"] = _constraints_func
     return cls(**kwargs)
 
 
@@ -122,10 +113,8 @@ class Mirror:
         self.study_id = study.id
         self.objectives = [o["name"] for o in study.objectives]
         self.distributions = distributions_for(doc["space"])
-        self.has_constraints = bool(doc.get("constraints"))
         self.optuna = optuna.create_study(
-            directions=[o["direction"] for o in study.objectives],
-            sampler=make_sampler(doc, self.has_constraints),
+            directions=[o["direction"] for o in study.objectives], sampler=make_sampler(doc)
         )
         self.storage = self.optuna._storage
         self.ids: dict[int, int] = {}  # trials.id -> optuna trial_id
@@ -164,7 +153,6 @@ class Mirror:
                 values=self._values_of(row) if row.state == "completed" else None,
                 params=row.config,
                 distributions=self.distributions,
-                user_attrs=self._user_attrs(row),
                 system_attrs={**row.sampler_state, **self._constraint_attrs(row)},
             )
             self.ids[row.id] = self.storage.create_new_trial(self.optuna._study_id, template_trial=frozen)
@@ -172,8 +160,8 @@ class Mirror:
                 self.running.add(row.id)
         elif finished and row.id in self.running:
             trial_id = self.ids[row.id]
-            for key, value in self._user_attrs(row).items():
-                self.storage.set_trial_user_attr(trial_id, key, value)
+            for key, value in self._constraint_attrs(row).items():
+                self.storage.set_trial_system_attr(trial_id, key, value)
             number = self.storage.get_trial_number_from_id(trial_id)
             state = self._state_of(row)
             values = self._values_of(row) if state == TrialState.COMPLETE else None
@@ -187,15 +175,11 @@ class Mirror:
         assert row.values is not None
         return [float(row.values[name]) for name in self.objectives]
 
-    def _user_attrs(self, row: Trial) -> dict[str, Any]:
-        violations = row.constraint_values
-        return {CONSTRAINTS_ATTR: violations} if self.has_constraints and violations is not None else {}
-
     def _constraint_attrs(self, row: Trial) -> dict[str, Any]:
-        attrs = self._user_attrs(row)
-        if row.state == "completed" and CONSTRAINTS_ATTR in attrs:
-            return {_CONSTRAINTS_KEY: tuple(attrs[CONSTRAINTS_ATTR])}
-        return {}
+        """Constraint values (<= 0 is feasible) as Optuna keeps them for its samplers."""
+        if row.state != "completed" or not row.constraint_values:
+            return {}
+        return {f"{CONSTRAINT_PREFIX}{i}": float(v) for i, v in enumerate(row.constraint_values)}
 
 
 def _jsonable(attrs: dict[str, Any]) -> dict[str, Any]:

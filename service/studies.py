@@ -93,8 +93,8 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     budget = normalised["budget"]
     if budget["max_failed_trials"] is None:
         budget["max_failed_trials"] = budget["max_trials"] // 2 + 5
-    if sampler == "grid":
-        budget["max_trials"] = min(budget["max_trials"], sd.grid_size(space) or 1)
+    if sampler == "grid":  # the whole grid, after the baseline
+        budget["max_trials"] = min(budget["max_trials"], (sd.grid_size(space) or 1) + 1)
     return normalised
 
 

@@ -234,7 +234,7 @@ def _front(session: Session, study: Study, front: list[Trial], baseline: Trial |
             ratio = reference[o["name"]]
             raw[o["name"]] = base * ratio if o["direction"] == "minimize" else base / ratio
     history = _history(session, study, points)
-    note = None if study.baseline_values else "the hypervolume is measured against the baseline, which has not completed"
+    note = None if study.baseline_values else "no hypervolume yet: it is measured against the baseline, still running"
     return FrontOut(
         study_id=study.id, objectives=study.objectives, trials=[trial_out(t) for t in front],
         baseline=trial_out(baseline) if baseline else None, hypervolume=study.hypervolume,

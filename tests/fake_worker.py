@@ -1,0 +1,81 @@
+"""A scripted worker that speaks the real HTTP protocol and computes a known test function.
+
+Usable in-process (`run(client, ...)`) or as a subprocess:
+`python tests/fake_worker.py URL TOKEN [--stall-after N] [--max N]` (stalls forever holding a
+lease after N results, so that a test can kill it between lease and result).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from typing import Any
+
+import httpx
+
+
+def objective(config: dict[str, Any]) -> dict[str, float]:
+    """ZDT1-like trade-off over x in [0, 1] and an integer y: f1 falls as f2 rises."""
+    x, y = float(config["x"]), int(config["y"])
+    g = 1.0 + 9.0 * (y - 1) / 9.0
+    f1 = x
+    f2 = g * (1.0 - math.sqrt(x / g))
+    return {"f1": f1, "f2": f2, "power_w": 100.0 + 50.0 * x}
+
+
+def register(client: httpx.Client, backends: tuple[str, ...] = ("python",), pool: str = "default") -> int:
+    body = {"name": "fake", "pool": pool, "fingerprint": {"hostname": "test", "backends": list(backends)}}
+    r = client.post("/v1/workers/register", json=body)
+    r.raise_for_status()
+    return int(r.json()["worker_id"])
+
+
+def lease(client: httpx.Client, worker_id: int, wait_s: float = 0.0) -> dict[str, Any] | None:
+    r = client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": wait_s})
+    if r.status_code == 204:
+        return None
+    r.raise_for_status()
+    return r.json()  # type: ignore[no-any-return]
+
+
+def result_for(trial: dict[str, Any]) -> dict[str, Any]:
+    values = objective(trial["config"])
+    return {"status": "completed", "metrics": {k: {"value": v} for k, v in values.items()},
+            "timings": {"measure_s": 0.001}}
+
+
+def run(client: httpx.Client, worker_id: int, max_results: int | None = None, wait_s: float = 0.0,
+        stall_after: int | None = None, idle_exit: bool = True) -> int:
+    done = 0
+    while max_results is None or done < max_results:
+        held = lease(client, worker_id, wait_s)
+        if held is None:
+            if idle_exit:
+                return done
+            continue
+        if stall_after is not None and done >= stall_after:
+            print(f"stalling on trial {held['trial']['number']}", flush=True)
+            while True:
+                time.sleep(60)
+        r = client.post(f"/v1/leases/{held['token']}/result", json=result_for(held["trial"]))
+        r.raise_for_status()
+        done += 1
+    return done
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("token")
+    parser.add_argument("--stall-after", type=int, default=None)
+    parser.add_argument("--max", type=int, default=None)
+    args = parser.parse_args()
+    with httpx.Client(base_url=args.url, timeout=60, headers={"Authorization": f"Bearer {args.token}"}) as client:
+        worker_id = register(client)
+        print("registered", worker_id, flush=True)
+        run(client, worker_id, max_results=args.max, wait_s=5.0, stall_after=args.stall_after, idle_exit=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service import auth
+from service.app import create_app
+from service.config import Settings
+from service.store.db import Database
+from service.store.migrate import upgrade
+
+STUDY = {
+    "name": "zdt",
+    "kernel": {"backend": "python", "source": "tests.fake:objective"},
+    "space": [
+        {"name": "x", "type": "float", "low": 0.0, "high": 1.0, "default": 0.5},
+        {"name": "y", "type": "int", "low": 1, "high": 10, "default": 3},
+    ],
+    "objectives": [{"name": "f1", "direction": "minimize"}, {"name": "f2", "direction": "minimize"}],
+    "budget": {"max_trials": 30},
+    "parallelism": 4,
+    "sampler": {"name": "nsga2", "seed": 7, "options": {"population_size": 8}},
+}
+
+
+def study_doc(**changes: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(STUDY)
+    doc.update(changes)
+    return doc
+
+
+@dataclass
+class Api:
+    client: TestClient
+    admin: dict[str, str]
+    settings: Settings
+
+    def headers(self, token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    def token(self, kind: str = "user", role: str = "member", team: str | None = None, pool: str = "default") -> str:
+        if team:
+            self.client.post("/v1/teams", json={"name": team}, headers=self.admin)
+        r = self.client.post("/v1/tokens", json={"name": "t", "kind": kind, "role": role, "team": team, "pool": pool},
+                             headers=self.admin)
+        assert r.status_code == 201, r.text
+        return str(r.json()["token"])
+
+    def worker(self, backends: tuple[str, ...] = ("python",), pool: str = "default") -> tuple[dict[str, str], int]:
+        """Headers of a registered worker, and its id."""
+        headers = self.headers(self.token(kind="worker", pool=pool))
+        r = self.client.post("/v1/workers/register", headers=headers,
+                             json={"name": "w", "pool": pool, "fingerprint": {"backends": list(backends)}})
+        assert r.status_code == 201, r.text
+        return headers, int(r.json()["worker_id"])
+
+    def lease(self, worker: tuple[dict[str, str], int]) -> dict[str, Any] | None:
+        r = self.client.post("/v1/leases", json={"worker_id": worker[1], "wait_s": 0}, headers=worker[0])
+        assert r.status_code in (200, 204), r.text
+        return r.json() if r.status_code == 200 else None
+
+    def post_result(self, worker: tuple[dict[str, str], int], token: str, body: dict[str, Any]) -> Any:
+        return self.client.post(f"/v1/leases/{token}/result", json=body, headers=worker[0])
+
+    def run_worker(self, worker: tuple[dict[str, str], int], results: Any, limit: int = 100_000) -> int:
+        """Lease and report until nothing is queued; `results(trial)` makes each result body."""
+        done = 0
+        while done < limit and (held := self.lease(worker)) is not None:
+            r = self.post_result(worker, held["token"], results(held["trial"]))
+            assert r.status_code == 200, r.text
+            done += 1
+        return done
+
+    def create_study(self, **changes: Any) -> dict[str, Any]:
+        r = self.client.post("/v1/studies", json=study_doc(**changes), headers=self.admin)
+        assert r.status_code == 201, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+
+def make_api(database_url: str, **settings: Any) -> Iterator[Api]:
+    config = Settings(database_url=database_url, **settings)
+    db = Database(database_url)
+    upgrade(db.engine)
+    with db.write() as session:
+        admin = auth.bootstrap_admin(session)
+    db.dispose()
+    with TestClient(create_app(config)) as client:
+        yield Api(client, {"Authorization": f"Bearer {admin}"}, config)
+
+
+@pytest.fixture
+def api(database_url: str) -> Iterator[Api]:
+    yield from make_api(database_url)
+
+
+@pytest.fixture
+def fast_expiry_api(database_url: str) -> Iterator[Api]:
+    yield from make_api(database_url, lease_s=0.6, reaper_interval_s=0.2)
