@@ -1,0 +1,405 @@
+"""CUDA C++ backend through cuda.core: NVRTC compiles the source to a cubin per workload
+variant, the trial process loads it and launches it on torch's stream, and the shared GPU
+harness measures it.
+
+Configuration keys that are NVRTC program options (use_fast_math, fma, ftz, prec_div,
+prec_sqrt, extra_device_vectorization, max_register_count, restrict), `ptxas_options` (a
+string of ptxas flags) and `acf` (an Advanced Controls File, ptxas 13.3+) go to the compiler;
+every other key becomes a `-D` macro (booleans as 1/0) and is also handed to the harness,
+which derives the launch geometry from it. Shapes that need different compile-time macros
+(the harness's `macros(dims, config)`) get their own cubin; equal ones share it. ptxas runs
+with -v and its report (registers, spills, stack frame, shared memory) is kept per cubin.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import time
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
+from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
+from workers.kernels.gpu.loader import GpuKernel, load_harness, require, resolve, shape_key
+from workers.measure.gpu_toolchain import (
+    acf_ptxas_flags,
+    format_version,
+    parse_ptxas_report,
+    split_config,
+    supports_acf,
+)
+
+PROGRAM_OPTIONS = frozenset(
+    {
+        "use_fast_math",
+        "fma",
+        "ftz",
+        "prec_div",
+        "prec_sqrt",
+        "extra_device_vectorization",
+        "max_register_count",
+        "restrict",
+        "ptxas_options",
+        "acf",
+    }
+)
+HARNESS = ("DTYPE", "make_inputs", "arguments", "launch_geometry", "output", "reference", "macros")
+DEFAULT_ARCH = "sm_90"
+
+
+def _core() -> ModuleType:
+    """cuda.core's public names (1.x at the top level, 0.x under `experimental`)."""
+    import cuda.core as core
+
+    if hasattr(core, "Program"):
+        return core
+    import cuda.core.experimental as experimental
+
+    return experimental
+
+
+@functools.cache
+def nvrtc_version() -> tuple[int, int] | None:
+    """NVRTC's version, which is also the version of the ptxas it embeds."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        try:
+            from cuda import nvrtc  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    try:
+        _, major, minor = nvrtc.nvrtcVersion()
+        return int(major), int(minor)
+    except Exception:
+        return None
+
+
+def macro_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def program_settings(config: dict[str, Any], acf_flags: list[str]) -> dict[str, Any]:
+    """Keyword arguments of ProgramOptions from a configuration's compiler keys (pure)."""
+    options, _ = split_config(config, PROGRAM_OPTIONS)
+    options.pop("acf", None)
+    ptxas = str(options.pop("ptxas_options", "") or "").split()
+    if not options.get("max_register_count"):
+        options.pop("max_register_count", None)
+    options["ptxas_options"] = ["-v", *ptxas, *acf_flags]
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def variant_macros(
+    harness: ModuleType, dims: dict[str, int], config: dict[str, Any]
+) -> dict[str, str]:
+    _, params = split_config(config, PROGRAM_OPTIONS)
+    try:
+        shape_macros = harness.macros(dims, params)
+    except ValueError as exc:
+        raise TrialFailure(FailureReason.ERROR, f"workload shape {dims}: {exc}") from exc
+    return {k: macro_value(v) for k, v in {**shape_macros, **params}.items()}
+
+
+def variant_id(macros: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(macros, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _arch(kernel: GpuKernel) -> str:
+    if kernel.options.get("arch"):
+        return str(kernel.options["arch"])
+    try:
+        device = _core().Device()
+        major, minor = device.compute_capability
+        return f"sm_{major}{minor}"
+    except Exception:
+        return DEFAULT_ARCH
+
+
+class _TorchStream:
+    """torch's current stream (the capture stream inside graph capture), for cuda.core."""
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        import torch
+
+        return (0, int(torch.cuda.current_stream().cuda_stream))
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def probe(self) -> dict[str, Any]:
+        try:
+            import torch
+
+            core = _core()
+        except ImportError as exc:
+            return {"available": False, "reason": f"cuda.core or torch missing: {exc}"}
+        if not torch.cuda.is_available():
+            return {"available": False, "reason": "no CUDA GPU visible to torch"}
+        version = nvrtc_version()
+        from workers.backends.triton_backend import _nvml_energy_readable
+
+        return {
+            "available": True,
+            "reason": "",
+            "compilers": {
+                "nvrtc": format_version(version),
+                "ptxas": format_version(version),
+                "cuda.core": getattr(core, "__version__", _version("cuda-core")),
+            },
+            "energy": _nvml_energy_readable(),
+            "features": {"acf": supports_acf(version)},
+            "gpu": torch.cuda.get_device_name(0),
+        }
+
+    def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
+        resolved = resolve(kernel, config, self.name)
+        identity = {
+            "source": resolved.source_hash,
+            "entry": resolved.entry,
+            "config": resolved.config,
+            "harness": resolved.options.get("harness"),
+            "harness_source": hashlib.sha256(
+                str(resolved.options.get("harness_source", "")).encode()
+            ).hexdigest(),
+            "acf_files": resolved.options.get("acf_files", {}),
+            "arch": resolved.options.get("arch"),
+            "shapes": [w.dims for w in resolved.workload],
+            "nvrtc": format_version(nvrtc_version()),
+            "cuda-core": _version("cuda-core"),
+        }
+        text = json.dumps(identity, sort_keys=True, default=str)
+        return "cuda-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    # -- compile: CPU side, another process ------------------------------------------------
+
+    def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
+        resolved = resolve(kernel, config, self.name)
+        workdir.mkdir(parents=True, exist_ok=True)
+        flags = acf_ptxas_flags(
+            resolved.config.get("acf"), resolved.options, nvrtc_version(), workdir
+        )
+        harness = load_harness(resolved, workdir / "src")
+        require(harness, HARNESS)
+        settings = program_settings(resolved.config, flags)
+        arch = _arch(resolved)
+        files: dict[str, str] = {}
+        report: dict[str, Any] = {
+            "arch": arch,
+            "program_options": settings,
+            "variants": {},
+            "nvrtc": format_version(nvrtc_version()),
+        }
+        logs = []
+        for shape in resolved.workload:
+            macros = variant_macros(harness, shape.dims, resolved.config)
+            variant = variant_id(macros)
+            files[f"cubin:{shape_key(shape.dims)}"] = f"{resolved.entry}-{variant}.cubin"
+            if variant in report["variants"]:
+                continue
+            info, log = self._compile_variant(
+                resolved, settings, macros, arch, workdir / f"{resolved.entry}-{variant}.cubin"
+            )
+            report["variants"][variant] = {"macros": macros, **info}
+            logs.append(log)
+        return CompiledKernel(directory=workdir, files=files, report=report, log="\n".join(logs))
+
+    def _compile_variant(
+        self,
+        kernel: GpuKernel,
+        settings: dict[str, Any],
+        macros: dict[str, str],
+        arch: str,
+        path: Path,
+    ) -> tuple[dict, str]:
+        core = _core()
+        buffer = io.StringIO()
+        started = time.perf_counter()
+        try:
+            options = core.ProgramOptions(
+                name=kernel.entry,
+                arch=arch,
+                std="c++17",
+                define_macro=list(macros.items()),
+                **settings,
+            )
+            program = core.Program(kernel.source, "c++", options=options)
+            code = program.compile("cubin", logs=buffer)
+        except Exception as exc:
+            log = buffer.getvalue()
+            raise TrialFailure(
+                FailureReason.COMPILE_ERROR,
+                f"NVRTC failed: {type(exc).__name__}: {exc}"[:2000],
+                log=f"{log}\n{exc}",
+            ) from exc
+        path.write_bytes(bytes(code.code))
+        log = buffer.getvalue()
+        info: dict[str, Any] = {
+            "compile_s": time.perf_counter() - started,
+            **parse_ptxas_report(log),
+        }
+        return info, log
+
+    # -- check and measure: own the GPU ---------------------------------------------------
+
+    def _prepare(
+        self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel
+    ) -> tuple[GpuKernel, ModuleType, dict[str, Any]]:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise TrialFailure(FailureReason.UNSUPPORTED, "no CUDA GPU visible")
+        resolved = resolve(kernel, config, self.name)
+        harness = load_harness(resolved, built.directory / "src")
+        require(harness, HARNESS)
+        torch.cuda.init()
+        core = _core()
+        core.Device(torch.cuda.current_device()).set_current()
+        kernels = {}
+        for shape in resolved.workload:
+            key = shape_key(shape.dims)
+            path = built.directory / built.files[f"cubin:{key}"]
+            kernels[key] = _load_kernel(core, path, resolved.entry)
+        return resolved, harness, kernels
+
+    def _launch(
+        self,
+        kernel_handle: Any,
+        harness: ModuleType,
+        config: dict[str, Any],
+        dims: dict[str, int],
+        inputs: dict[str, Any],
+    ) -> Any:
+        core = _core()
+        _, params = split_config(config, PROGRAM_OPTIONS)
+        grid, block, shared = harness.launch_geometry(dims, params)
+        launch_config = core.LaunchConfig(grid=grid, block=block, shmem_size=shared)
+        args = harness.arguments(inputs, dims, params)
+        stream = _TorchStream()
+
+        def launch() -> None:
+            core.launch(stream, launch_config, kernel_handle, *args)
+
+        return launch
+
+    def check(
+        self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel
+    ) -> CheckOutcome:
+        import torch
+
+        from workers.measure.gpu_check import check_once, new_seed, tolerance_for, verdict
+
+        resolved, harness, kernels = self._prepare(kernel, config, built)
+        seed = new_seed()
+        checks = []
+        for index, shape in enumerate(resolved.workload):
+            dims, key = shape.dims, shape_key(shape.dims)
+            generator = torch.Generator(device="cuda").manual_seed(seed + index)
+
+            def run(inputs: dict[str, Any], dims: dict[str, int] = dims, key: str = key) -> None:
+                self._launch(kernels[key], harness, resolved.config, dims, inputs)()
+
+            try:
+                checks.append(
+                    check_once(
+                        key,
+                        lambda dims=dims, generator=generator: harness.make_inputs(
+                            dims, "cuda", generator
+                        ),
+                        harness.output,
+                        run,
+                        lambda inputs, dims=dims: harness.reference(inputs, dims),
+                    )
+                )
+            except Exception as exc:
+                raise TrialFailure(
+                    FailureReason.COMPILE_ERROR if _is_launch_refusal(exc) else FailureReason.CRASH,
+                    f"{type(exc).__name__}: {exc}"[:2000],
+                ) from exc
+        tolerance = tolerance_for(harness.DTYPE, resolved.options.get("tolerance"))
+        passed, details = verdict(checks, tolerance, seed)
+        details["kernel"] = {key: _attributes(handle) for key, handle in kernels.items()}
+        return CheckOutcome(passed=passed, details=details)
+
+    def measure(
+        self,
+        kernel: KernelSpec,
+        config: dict[str, Any],
+        built: CompiledKernel,
+        objectives: list[str],
+        settings: Any,
+    ) -> tuple[dict[str, Metric], dict[str, Any]]:
+        import torch
+
+        from workers.measure.gpu_harness import ShapeLaunch, measure_workload
+
+        resolved, harness, kernels = self._prepare(kernel, config, built)
+        settings = (
+            settings
+            if isinstance(settings, MeasureSettings)
+            else MeasureSettings.model_validate(settings or {})
+        )
+        generator = torch.Generator(device="cuda").manual_seed(int(time.time_ns() % 2**31))
+        shapes = []
+        for shape in resolved.workload:
+            key = shape_key(shape.dims)
+            inputs = harness.make_inputs(shape.dims, "cuda", generator)
+            launch = self._launch(kernels[key], harness, resolved.config, shape.dims, inputs)
+            shapes.append(ShapeLaunch(key, shape.weight, launch))
+        metrics, environment = measure_workload(shapes, objectives, settings)
+        if hasattr(harness, "work") and "runtime_ms" in metrics:
+            total = sum(w.weight for w in resolved.workload)
+            nbytes = sum(harness.work(w.dims)["bytes"] * w.weight for w in resolved.workload)
+            environment["throughput"] = {
+                "tbps": nbytes / total / (metrics["runtime_ms"].value / 1000.0) / 1e12
+            }
+        return metrics, environment
+
+
+def _load_kernel(core: ModuleType, path: Path, entry: str) -> Any:
+    try:
+        return core.ObjectCode.from_cubin(path.read_bytes()).get_kernel(entry)
+    except FileNotFoundError as exc:
+        raise TrialFailure(FailureReason.ERROR, f"compiled cubin missing: {path}") from exc
+    except Exception as exc:
+        raise TrialFailure(
+            FailureReason.COMPILE_ERROR, f"cannot load {path.name}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _attributes(handle: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {}
+    try:
+        attributes = handle.attributes
+        for name in (
+            "num_regs",
+            "shared_size_bytes",
+            "local_size_bytes",
+            "max_threads_per_block",
+            "binary_version",
+        ):
+            value = getattr(attributes, name)
+            info[name] = value() if callable(value) else value
+    except Exception as exc:
+        info["error"] = f"{type(exc).__name__}: {exc}"
+    return info
+
+
+def _is_launch_refusal(exc: Exception) -> bool:
+    text = str(exc).upper()
+    return "OUT_OF_RESOURCES" in text or "INVALID_VALUE" in text or "TOO MANY RESOURCES" in text
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"

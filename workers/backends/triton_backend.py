@@ -1,0 +1,362 @@
+"""Triton backend: a `@triton.jit` kernel plus its harness, compiled ahead and measured hot
+and cold.
+
+Configuration keys that are Triton compile options (num_warps, num_stages, maxnreg,
+num_ctas, enable_fp_fusion, ptx_options) go to the compiler; `acf` names an Advanced
+Controls File (applied through ptx_options with ptxas 13.3+); every other key is one of the
+kernel's constexpr meta-parameters. Shape-dependent constexprs come from the harness's
+`constants(dims)`, fixed ones from `options.constants`.
+
+`compile` warms Triton's own on-disk cache (TRITON_CACHE_DIR, by default ~/.triton/cache) for
+every workload shape through the same JIT path and specialisation the launches use, so that
+`check` and `measure`, in another process, load the binary instead of compiling again.
+(Triton's cache records absolute paths, so it stays where Triton keeps it rather than moving
+with the artifact directory; a missing entry only means compiling again at first launch.)
+torch and triton are imported inside the methods: this module imports on machines without
+them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import time
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
+from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
+from workers.kernels.gpu.loader import GpuKernel, load_module, require, resolve, shape_key
+from workers.measure.gpu_toolchain import (
+    acf_ptxas_flags,
+    format_version,
+    ptxas_version_of,
+    split_config,
+    supports_acf,
+)
+
+COMPILE_OPTIONS = frozenset(
+    {"num_warps", "num_stages", "maxnreg", "num_ctas", "enable_fp_fusion", "ptx_options", "acf"}
+)
+HARNESS = ("DTYPE", "make_inputs", "arguments", "grid", "output", "reference")
+REPORT_FILE = "triton-report.json"
+SOURCE_DIR = "src"
+
+
+@functools.cache
+def triton_ptxas() -> tuple[str | None, tuple[int, int] | None]:
+    """The ptxas Triton invokes (TRITON_PTXAS_PATH, else the one bundled with Triton)."""
+    path = os.environ.get("TRITON_PTXAS_PATH")
+    if not path:
+        try:
+            import triton
+
+            bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+            path = str(bundled) if bundled.exists() else None
+        except ImportError:
+            path = None
+    return path, ptxas_version_of(path) if path else None
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def compile_options(config: dict[str, Any], acf_flags: list[str]) -> dict[str, Any]:
+    """Triton's launch-time compile options from a configuration (pure)."""
+    options, _ = split_config(config, COMPILE_OPTIONS)
+    options.pop("acf", None)
+    if not options.get("maxnreg"):
+        options.pop("maxnreg", None)
+    ptx = " ".join(x for x in [str(options.pop("ptx_options", "") or ""), *acf_flags] if x)
+    if ptx:
+        options["ptx_options"] = ptx
+    return options
+
+
+def meta_parameters(kernel: GpuKernel, module: ModuleType | None, dims: dict[str, int]) -> dict:
+    """The constexpr arguments of one launch: fixed, shape-dependent, then tuned (pure)."""
+    _, tuned = split_config(kernel.config, COMPILE_OPTIONS)
+    shape_constants = (
+        module.constants(dims) if module is not None and hasattr(module, "constants") else {}
+    )
+    return {**kernel.options.get("constants", {}), **shape_constants, **tuned}
+
+
+def _as_dtypes(args: tuple) -> tuple:
+    import torch
+
+    return tuple(a.dtype if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _resource_failure(exc: Exception) -> TrialFailure:
+    text = f"{type(exc).__name__}: {exc}"
+    return TrialFailure(FailureReason.COMPILE_ERROR, text[:2000], log=text)
+
+
+class TritonBackend(Backend):
+    name = "triton"
+
+    def probe(self) -> dict[str, Any]:
+        try:
+            import torch
+            import triton
+        except ImportError as exc:
+            return {"available": False, "reason": f"triton or torch missing: {exc}"}
+        if not torch.cuda.is_available():
+            return {"available": False, "reason": "no CUDA GPU visible to torch"}
+        path, version = triton_ptxas()
+        energy = _nvml_energy_readable()
+        return {
+            "available": True,
+            "reason": "",
+            "compilers": {
+                "triton": triton.__version__,
+                "ptxas": format_version(version),
+                "torch": torch.__version__,
+            },
+            "ptxas_path": path,
+            "energy": energy,
+            "features": {"acf": supports_acf(version)},
+            "gpu": torch.cuda.get_device_name(0),
+        }
+
+    def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
+        resolved = resolve(kernel, config, self.name)
+        identity = {
+            "source": resolved.source_hash,
+            "entry": resolved.entry,
+            "config": resolved.config,
+            "constants": resolved.options.get("constants", {}),
+            "acf_files": resolved.options.get("acf_files", {}),
+            "shapes": [w.dims for w in resolved.workload],
+            "triton": _version("triton"),
+            "ptxas": format_version(triton_ptxas()[1]),
+        }
+        text = json.dumps(identity, sort_keys=True, default=str)
+        return "triton-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    # -- compile: CPU side, another process ------------------------------------------------
+
+    def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
+        resolved = resolve(kernel, config, self.name)
+        workdir.mkdir(parents=True, exist_ok=True)
+        flags = acf_ptxas_flags(
+            resolved.config.get("acf"), resolved.options, triton_ptxas()[1], workdir
+        )
+        module = load_module(resolved.source, workdir / SOURCE_DIR, "kernel")
+        require(module, HARNESS)
+        jit = getattr(module, resolved.entry, None)
+        if jit is None:
+            raise TrialFailure(
+                FailureReason.COMPILE_ERROR,
+                f"the source defines no kernel named {resolved.entry!r}",
+            )
+        options = compile_options(resolved.config, flags)
+        report: dict[str, Any] = {
+            "options": options,
+            "shapes": {},
+            "triton": _version("triton"),
+            "ptxas": format_version(triton_ptxas()[1]),
+        }
+        import torch
+
+        if not torch.cuda.is_available():
+            report["deferred"] = "no GPU visible at compile time: compiled at first launch"
+        else:
+            for shape in resolved.workload:
+                report["shapes"][shape_key(shape.dims)] = self._warm(
+                    jit, module, resolved, shape.dims, options
+                )
+        (workdir / REPORT_FILE).write_text(json.dumps(report, default=str))
+        return CompiledKernel(directory=workdir, files={"report": REPORT_FILE}, report=report)
+
+    def _warm(
+        self,
+        jit: Any,
+        module: ModuleType,
+        kernel: GpuKernel,
+        dims: dict[str, int],
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        meta = meta_parameters(kernel, module, dims)
+        args = _as_dtypes(module.arguments(module.make_inputs(dims, "meta"), dims))
+        started = time.perf_counter()
+        try:
+            compiled = jit.warmup(*args, grid=(1,), **meta, **options)
+        except Exception as exc:
+            raise _resource_failure(exc) from exc
+        info = _kernel_info(compiled)
+        info["compile_s"] = time.perf_counter() - started
+        try:
+            compiled._init_handles()  # loads it: out-of-resource configurations fail here
+        except Exception as exc:
+            raise _resource_failure(exc) from exc
+        info.update(_kernel_info(compiled))
+        return info
+
+    # -- check and measure: own the GPU ---------------------------------------------------
+
+    def _prepare(
+        self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel
+    ) -> tuple[GpuKernel, ModuleType, Any, dict[str, Any]]:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise TrialFailure(FailureReason.UNSUPPORTED, "no CUDA GPU visible")
+        resolved = resolve(kernel, config, self.name)
+        flags = acf_ptxas_flags(
+            resolved.config.get("acf"), resolved.options, triton_ptxas()[1], built.directory
+        )
+        module = load_module(resolved.source, built.directory / SOURCE_DIR, "kernel")
+        require(module, HARNESS)
+        return (
+            resolved,
+            module,
+            getattr(module, resolved.entry),
+            compile_options(resolved.config, flags),
+        )
+
+    def _launch(
+        self,
+        jit: Any,
+        module: ModuleType,
+        kernel: GpuKernel,
+        dims: dict[str, int],
+        inputs: dict[str, Any],
+        options: dict[str, Any],
+    ) -> Any:
+        meta = meta_parameters(kernel, module, dims)
+        args = module.arguments(inputs, dims)
+        launcher = jit[module.grid(dims, {**meta, **options})]
+
+        def launch() -> Any:
+            return launcher(*args, **meta, **options)
+
+        return launch
+
+    def check(
+        self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel
+    ) -> CheckOutcome:
+        import torch
+
+        from workers.measure.gpu_check import check_once, new_seed, tolerance_for, verdict
+
+        resolved, module, jit, options = self._prepare(kernel, config, built)
+        seed = new_seed()
+        checks, kernels = [], {}
+        for index, shape in enumerate(resolved.workload):
+            dims, key = shape.dims, shape_key(shape.dims)
+            generator = torch.Generator(device="cuda").manual_seed(seed + index)
+            holder: dict[str, Any] = {}
+
+            def run(
+                inputs: dict[str, Any], dims: dict[str, int] = dims, holder: dict[str, Any] = holder
+            ) -> None:
+                holder["kernel"] = self._launch(jit, module, resolved, dims, inputs, options)()
+
+            try:
+                checks.append(
+                    check_once(
+                        key,
+                        lambda dims=dims, generator=generator: module.make_inputs(
+                            dims, "cuda", generator
+                        ),
+                        module.output,
+                        run,
+                        lambda inputs, dims=dims: module.reference(inputs, dims),
+                    )
+                )
+            except TrialFailure:
+                raise
+            except Exception as exc:
+                raise _resource_failure(exc) from exc
+            kernels[key] = _kernel_info(holder.get("kernel"))
+        tolerance = tolerance_for(module.DTYPE, resolved.options.get("tolerance"))
+        passed, details = verdict(checks, tolerance, seed)
+        details["kernel"] = kernels
+        return CheckOutcome(passed=passed, details=details)
+
+    def measure(
+        self,
+        kernel: KernelSpec,
+        config: dict[str, Any],
+        built: CompiledKernel,
+        objectives: list[str],
+        settings: Any,
+    ) -> tuple[dict[str, Metric], dict[str, Any]]:
+        import torch
+
+        from workers.measure.gpu_harness import ShapeLaunch, measure_workload
+
+        resolved, module, jit, options = self._prepare(kernel, config, built)
+        settings = _settings(settings)
+        generator = torch.Generator(device="cuda").manual_seed(int(time.time_ns() % 2**31))
+        shapes = []
+        for shape in resolved.workload:
+            inputs = module.make_inputs(shape.dims, "cuda", generator)
+            launch = self._launch(jit, module, resolved, shape.dims, inputs, options)
+            shapes.append(ShapeLaunch(shape_key(shape.dims), shape.weight, launch))
+        metrics, environment = measure_workload(shapes, objectives, settings)
+        environment["throughput"] = _throughput(module, resolved, metrics)
+        return metrics, environment
+
+
+def _settings(settings: Any) -> MeasureSettings:
+    if isinstance(settings, MeasureSettings):
+        return settings
+    if settings is None:
+        return MeasureSettings()
+    return MeasureSettings.model_validate(settings)
+
+
+def _kernel_info(compiled: Any) -> dict[str, Any]:
+    if compiled is None:
+        return {}
+    info: dict[str, Any] = {}
+    for attribute in ("n_regs", "n_spills", "n_max_threads"):
+        value = getattr(compiled, attribute, None)
+        if isinstance(value, int):
+            info[attribute] = value
+    metadata_ = getattr(compiled, "metadata", None)
+    for attribute, key in (
+        ("shared", "smem_bytes"),
+        ("num_warps", "num_warps"),
+        ("num_stages", "num_stages"),
+        ("num_ctas", "num_ctas"),
+        ("maxnreg", "maxnreg"),
+    ):
+        value = getattr(metadata_, attribute, None)
+        if isinstance(value, int | float | str):
+            info[key] = value
+    return info
+
+
+def _throughput(module: ModuleType, kernel: GpuKernel, metrics: dict[str, Metric]) -> dict:
+    """Achieved TFLOP/s and TB/s of the hot runtime, for comparison with the ceilings."""
+    if not hasattr(module, "work") or "runtime_ms" not in metrics:
+        return {}
+    total = sum(w.weight for w in kernel.workload)
+    flops = sum(module.work(w.dims)["flops"] * w.weight for w in kernel.workload) / total
+    nbytes = sum(module.work(w.dims)["bytes"] * w.weight for w in kernel.workload) / total
+    seconds = metrics["runtime_ms"].value / 1000.0
+    return {"tflops": flops / seconds / 1e12, "tbps": nbytes / seconds / 1e12}
+
+
+def _nvml_energy_readable() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        return True
+    except Exception:
+        return False
