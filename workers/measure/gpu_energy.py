@@ -238,4 +238,14 @@ def nvml_handle_for_torch_device(device_index: int = 0) -> Any:
                 return pynvml.nvmlDeviceGetHandleByUUID(candidate)
             except pynvml.NVMLError:
                 continue
-    return pynvml.nvmlDeviceGetHandleByIndex(device_index)
+    return pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(device_index))
+
+
+def _nvml_index(device_index: int) -> int:
+    """NVML numbers every GPU; CUDA only the visible ones, in CUDA_VISIBLE_DEVICES order."""
+    import os
+
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    if device_index < len(visible) and visible[device_index].isdigit():
+        return int(visible[device_index])
+    return device_index
