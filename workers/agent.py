@@ -105,9 +105,7 @@ class Agent:
         self.stop = stop_event or threading.Event()
         self.abort = threading.Event()
         self.done = threading.Event()
-        self.client = ControlPlaneClient(
-            config.server, config.token, stop=self.stop, abort=self.abort
-        )
+        self.client = ControlPlaneClient(config.server, config.token, stop=self.stop, abort=self.abort)
         self.cache = ArtifactCache(config.cache_dir or default_cache_dir())
         self.summary = AgentSummary()
         self.slots = threading.Semaphore(2 if config.prefetch else 1)
@@ -153,8 +151,7 @@ class Agent:
             self.summary.elapsed_s = time.monotonic() - started
             s = self.summary
             log.info(
-                "worker stopped after %.0f s: %d leased, %d completed, %d failed, "
-                "%d abandoned, %d unreported",
+                "worker stopped after %.0f s: %d leased, %d completed, %d failed, %d abandoned, %d unreported",
                 s.elapsed_s,
                 s.leased,
                 s.completed,
@@ -263,14 +260,11 @@ class Agent:
             self.held[lease.token] = held
         self.summary.leased += 1
         self.summary.trial_ids.append(lease.trial.trial_id)
-        t = lease.trial
-        log.info(
-            "%s leased: %s/%s config %s",
-            held.label,
-            t.kernel.backend,
-            t.kernel.builtin or t.kernel.entry or "source",
-            t.config,
-        )
+        kernel = lease.trial.kernel
+        what = kernel.builtin or kernel.entry or "source"
+        if kernel.backend == "python" and kernel.source:
+            what = kernel.source
+        log.info("%s leased: %s/%s config %s", held.label, kernel.backend, what, lease.trial.config)
         return held
 
     def _compile(self, held: HeldLease) -> None:
@@ -279,9 +273,7 @@ class Agent:
         held.phase = "compile"
         lock = self.device_lock if self.compile_needs_device else contextlib.nullcontext()
         with lock:
-            stage = compile_trial(
-                held.lease.trial, self.cache, cpus=self.compile_cpus, cancel=held.cancel
-            )
+            stage = compile_trial(held.lease.trial, self.cache, cpus=self.compile_cpus, cancel=held.cancel)
         held.stage = stage
         held.phase = "compiled"
         if stage.failure is not None:
@@ -291,7 +283,7 @@ class Agent:
                 stage.wall_s,
                 stage.failure.message,
             )
-        elif not stage.abandoned:
+        elif not stage.abandoned and stage.key:
             log.info(
                 "%s compiled in %.2f s%s",
                 held.label,
@@ -378,20 +370,14 @@ class Agent:
                 log.warning("drain timeout: killing held trials, their leases will expire")
                 self.request_abort("drain timeout")
             with self.held_lock:
-                due = [
-                    h
-                    for h in self.held.values()
-                    if h.beating and not h.cancel.is_set() and now >= h.next_beat
-                ]
+                due = [h for h in self.held.values() if h.beating and not h.cancel.is_set() and now >= h.next_beat]
             for held in due:
                 self._beat(held)
 
     def _beat(self, held: HeldLease) -> None:
         sent = time.monotonic()
         try:
-            reply = self.client.heartbeat(
-                held.lease.token, held.phase, deadline=sent + max(1.0, held.heartbeat_s)
-            )
+            reply = self.client.heartbeat(held.lease.token, held.phase, deadline=sent + max(1.0, held.heartbeat_s))
         except LeaseGone as exc:
             held.drop(f"the lease is gone ({exc})")
             return
@@ -427,9 +413,7 @@ def _describe(result: TrialResult) -> str:
         if key in t
     )
     if result.status == "completed":
-        values = " ".join(
-            f"{k}={m.value:.4g}{m.unit and ' ' + m.unit}" for k, m in result.metrics.items()
-        )
+        values = " ".join(f"{k}={m.value:.4g}{m.unit and ' ' + m.unit}" for k, m in result.metrics.items())
         return f"completed: {values} [{timing}]"
     reason = result.failure_reason.value if result.failure_reason else "?"
     return f"failed ({reason}): {result.message} [{timing}]"
@@ -448,9 +432,7 @@ class AgentThread:
         self.stop_event = threading.Event()
         self.summary: AgentSummary | None = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(
-            target=self._run, args=(config,), name="paretune-worker", daemon=True
-        )
+        self.thread = threading.Thread(target=self._run, args=(config,), name="paretune-worker", daemon=True)
 
     def _run(self, config: AgentConfig) -> None:
         try:

@@ -37,9 +37,7 @@ def _run(
     backend: Backend, spec: TrialSpec, job: dict[str, Any], jobdir: Path, partial: dict[str, Any]
 ) -> dict[str, Any]:
     b = job["built"]
-    built = CompiledKernel(
-        Path(b["directory"]), b.get("files", {}), b.get("report", {}), b.get("log", "")
-    )
+    built = CompiledKernel(Path(b["directory"]), b.get("files", {}), b.get("report", {}), b.get("log", ""))
     (jobdir / "phase").write_text("check")
     started = time.perf_counter()
     outcome = backend.check(spec.kernel, spec.config, built)
@@ -48,14 +46,12 @@ def _run(
     if not outcome.passed:
         raise TrialFailure(
             FailureReason.WRONG_RESULT,
-            "the output differs from the reference: "
-            + json.dumps(_short(outcome.details), default=str),
+            "the output differs from the reference: " + json.dumps(_short(outcome.details), default=str),
+            "correctness check failed:\n" + json.dumps(outcome.details, indent=1, default=str),
         )
     (jobdir / "phase").write_text("measure")
     started = time.perf_counter()
-    metrics, environment = backend.measure(
-        spec.kernel, spec.config, built, spec.objectives, spec.measure
-    )
+    metrics, environment = backend.measure(spec.kernel, spec.config, built, spec.objectives, spec.measure)
     partial["timings"]["measure_s"] = time.perf_counter() - started
     return {
         "metrics": {name: m.model_dump(mode="json") for name, m in metrics.items()},

@@ -1,0 +1,109 @@
+"""Fixtures for the worker tests: trial specs, a fresh artifact cache, planted kernels."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # worker_plane, worker_objectives
+
+from workers.cache import ArtifactCache  # noqa: E402
+from workers.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape  # noqa: E402
+
+HERE = Path(__file__).parent
+FAST = MeasureSettings(warmup_s=0.005, min_repeats=5, max_repeats=40, target_s=0.03, hot_window_s=0.2)
+_ids = itertools.count(1)
+
+GOOD_MATMUL = """
+void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
+            C[i * N + j] = acc;
+        }
+}
+"""
+SEGFAULT = """
+void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
+    volatile float *far = C + ((long)1 << 40);  /* far outside any mapping */
+    *far = 1.0f;
+}
+"""
+HANG = """
+void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
+    volatile unsigned long spins = 0;
+    for (;;) spins++;
+}
+"""
+COMPILE_ERROR = """
+void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
+    this is not C;
+}
+"""
+WRONG = """
+void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
+    for (int i = 0; i < M * N; i++) C[i] = 1.0f;  /* not A @ B */
+}
+"""
+PLANTED = {
+    "segfault": SEGFAULT,
+    "hang": HANG,
+    "compile_error": COMPILE_ERROR,
+    "wrong": WRONG,
+    "good": GOOD_MATMUL,
+}
+
+
+def cpu_source_kernel(source: str, n: int = 48) -> KernelSpec:
+    return KernelSpec(
+        backend="cpu",
+        source=source,
+        entry="matmul",
+        workload=[WorkloadShape(dims={"n": n})],
+        options={"problem": "matmul"},
+    )
+
+
+def python_kernel(function: str) -> KernelSpec:
+    return KernelSpec(backend="python", source=f"worker_objectives:{function}", options={"path": str(HERE)})
+
+
+def make_spec(
+    kernel: KernelSpec,
+    config: dict[str, Any] | None = None,
+    *,
+    objectives: list[str] | None = None,
+    compile_timeout_s: float = 60,
+    run_timeout_s: float = 60,
+    measure: MeasureSettings = FAST,
+) -> TrialSpec:
+    trial_id = next(_ids)
+    return TrialSpec(
+        trial_id=trial_id,
+        study_id=1,
+        number=trial_id,
+        attempt=1,
+        is_baseline=False,
+        kernel=kernel,
+        config=config or {},
+        objectives=objectives or ["runtime_ms"],
+        compile_timeout_s=compile_timeout_s,
+        run_timeout_s=run_timeout_s,
+        measure=measure,
+    )
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> ArtifactCache:
+    return ArtifactCache(tmp_path / "cache")
+
+
+@pytest.fixture
+def spec_factory() -> Callable[..., TrialSpec]:
+    return make_spec

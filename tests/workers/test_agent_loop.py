@@ -1,0 +1,232 @@
+"""The agent end to end against a minimal real HTTP control plane (tests/workers/
+worker_plane.py): planted failures, pipelining, heartbeats, cancel, retries, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PLANTED, cpu_source_kernel, make_spec, python_kernel
+from worker_plane import Plane, PlaneServer
+
+from workers.agent import AgentConfig, run_agent, start_agent_thread
+from workers.contract import FailureReason
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config(server: PlaneServer, tmp_path: Path, **kw) -> AgentConfig:
+    base = dict(
+        server=server.url, token=server.plane.token, cache_dir=tmp_path / "cache", wait_s=0.2, name="test-worker"
+    )
+    return AgentConfig(**{**base, **kw})
+
+
+def test_one_agent_serves_every_planted_failure_and_keeps_going(tmp_path):
+    specs = {
+        "segfault": make_spec(cpu_source_kernel(PLANTED["segfault"])),
+        "hang": make_spec(cpu_source_kernel(PLANTED["hang"]), run_timeout_s=1.5),
+        "compile_error": make_spec(cpu_source_kernel(PLANTED["compile_error"])),
+        "wrong": make_spec(cpu_source_kernel(PLANTED["wrong"])),
+        "python_error": make_spec(python_kernel("raises"), objectives=["f1"]),
+        "good": make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O2"}),
+        "good_again": make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O2"}),
+    }
+    plane = Plane(heartbeat_s=0.2, lease_s=5)
+    plane.add(*specs.values())
+    with PlaneServer(plane) as server:
+        summary = run_agent(_config(server, tmp_path, max_trials=len(specs)))
+    results = {name: plane.results[spec.trial_id] for name, spec in specs.items()}
+    expected = {
+        "segfault": FailureReason.CRASH,
+        "hang": FailureReason.TIMEOUT,
+        "compile_error": FailureReason.COMPILE_ERROR,
+        "wrong": FailureReason.WRONG_RESULT,
+        "python_error": FailureReason.ERROR,
+    }
+    for name, reason in expected.items():
+        assert results[name].status == "failed"
+        assert results[name].failure_reason == reason, (name, results[name].message)
+        assert results[name].log or name == "hang"
+    assert "SIGSEGV" in results["segfault"].message
+    assert results["good"].status == "completed"
+    assert results["good_again"].compile_report["cached"] is True
+    assert summary.completed == 2 and summary.failed == 5 and summary.leased == 7
+    registered = plane.registered[0]
+    assert {"cpu", "python"} <= set(registered["fingerprint"]["backends"])
+    phases = {phase for _, _, phase in plane.heartbeats}
+    assert {"compile", "measure"} & phases  # heartbeats show what the trial is doing
+    assert not plane.expired
+
+
+def test_prefetch_leases_ahead_but_never_overlaps_measurements(tmp_path):
+    record = tmp_path / "measurements.txt"
+    specs = [
+        make_spec(python_kernel("sleepy"), {"sleep_s": 0.4, "record": str(record), "tag": str(i)}, objectives=["f1"])
+        for i in range(4)
+    ]
+    plane = Plane(heartbeat_s=0.2)
+    plane.add(*specs)
+    with PlaneServer(plane) as server:
+        run_agent(_config(server, tmp_path, max_trials=4, prefetch=True))
+    intervals = sorted(tuple(map(float, line.split()[1:])) for line in record.read_text().splitlines())
+    assert len(intervals) == 4
+    for (_, end), (start, _) in zip(intervals, intervals[1:], strict=False):
+        assert start >= end  # measurements strictly one after another
+    lease_times = {trial: t for t, trial, _ in plane.leased}
+    posted = {trial: t for t, trial, _ in plane.result_posts}
+    ids = [s.trial_id for s in specs]
+    # trial N+1 was leased while trial N was still running: two leases held at once
+    assert any(lease_times[b] < posted[a] for a, b in zip(ids, ids[1:], strict=False))
+    held_ids = {trial for _, trial, _ in plane.heartbeats}
+    assert len(held_ids) >= 3
+
+
+def test_without_prefetch_one_lease_at_a_time(tmp_path):
+    specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 0.2}, objectives=["f1"]) for _ in range(3)]
+    plane = Plane()
+    plane.add(*specs)
+    with PlaneServer(plane) as server:
+        run_agent(_config(server, tmp_path, max_trials=3, prefetch=False))
+    lease_times = [t for t, _, _ in plane.leased]
+    post_times = [t for t, _, _ in plane.result_posts]
+    assert len(post_times) == 3
+    for posted, next_lease in zip(post_times, lease_times[1:], strict=False):
+        assert next_lease >= posted
+
+
+def test_cancel_kills_the_trial_and_the_agent_goes_on(tmp_path):
+    hang = make_spec(cpu_source_kernel(PLANTED["hang"]), run_timeout_s=60)
+    after = make_spec(python_kernel("tradeoff"), {"x": 0.5}, objectives=["f1"])
+    plane = Plane(heartbeat_s=0.2)
+    plane.cancel_trials.add(hang.trial_id)
+    plane.add(hang, after)
+    started = time.monotonic()
+    with PlaneServer(plane) as server:
+        summary = run_agent(_config(server, tmp_path, max_trials=2))
+    assert time.monotonic() - started < 30
+    assert hang.trial_id not in plane.results  # abandoned: no result
+    assert plane.results[after.trial_id].status == "completed"
+    assert summary.abandoned == 1 and summary.completed == 1
+
+
+def test_lost_lease_is_abandoned(tmp_path):
+    spec = make_spec(python_kernel("sleepy"), {"sleep_s": 30}, objectives=["f1"], run_timeout_s=60)
+    plane = Plane(heartbeat_s=0.2)
+    plane.add(spec)
+    with PlaneServer(plane) as server:
+        handle = start_agent_thread(_config(server, tmp_path, max_trials=1))
+        deadline = time.monotonic() + 20
+        while not plane.heartbeats and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with plane.cond:
+            plane.leases.clear()  # the service forgot the lease: next heartbeat gets 409
+        handle.thread.join(20)
+    assert not handle.thread.is_alive()
+    assert handle.summary.abandoned == 1 and not plane.results
+
+
+def test_result_is_retried_through_server_errors(tmp_path):
+    spec = make_spec(python_kernel("tradeoff"), {"x": 0.1}, objectives=["f1"])
+    plane = Plane(fail_result_posts=3)
+    plane.add(spec)
+    with PlaneServer(plane) as server:
+        summary = run_agent(_config(server, tmp_path, max_trials=1))
+    assert plane.results[spec.trial_id].status == "completed"
+    assert summary.completed == 1 and plane.fail_result_posts == 0
+
+
+def test_stop_event_drains_held_trials(tmp_path):
+    specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 1.0}, objectives=["f1"]) for _ in range(5)]
+    plane = Plane(heartbeat_s=0.2)
+    plane.add(*specs)
+    with PlaneServer(plane) as server:
+        handle = start_agent_thread(_config(server, tmp_path))
+        while not plane.heartbeats:
+            time.sleep(0.05)
+        summary = handle.stop(timeout=30)
+    assert summary is not None and summary.leased in (1, 2)
+    assert len(plane.results) == summary.leased  # every held trial was finished and posted
+    assert len(plane.queue) == len(specs) - summary.leased
+
+
+def test_bad_token_stops_the_agent_with_an_error(tmp_path):
+    with PlaneServer(Plane()) as server:
+        config = _config(server, tmp_path)
+        config.token = "wrong"
+        with pytest.raises(Exception, match="refused"):
+            run_agent(config)
+
+
+def _start_worker_process(server: PlaneServer, tmp_path: Path) -> subprocess.Popen:
+    log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workers",
+            "--server",
+            server.url,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--name",
+            "proc",
+        ],
+        env={**os.environ, "PARETUNE_WORKER_TOKEN": server.plane.token},
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _wait_for(predicate, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_sigterm_finishes_the_held_trial_then_exits(tmp_path):
+    specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 1.5}, objectives=["f1"]) for _ in range(4)]
+    plane = Plane(heartbeat_s=0.2)
+    plane.add(*specs)
+    with PlaneServer(plane) as server:
+        proc = _start_worker_process(server, tmp_path)
+        try:
+            _wait_for(lambda: any(phase == "measure" for _, _, phase in plane.heartbeats))
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    leased = {trial for _, trial, _ in plane.leased}
+    assert set(plane.results) == leased  # what it held was finished and reported
+    assert len(plane.queue) == len(specs) - len(leased) >= 2
+    log = (tmp_path / "worker.log").read_text()
+    assert "draining" in log and "completed" in log
+
+
+def test_second_sigterm_aborts_and_the_lease_expires(tmp_path):
+    spec = make_spec(python_kernel("sleepy"), {"sleep_s": 60}, objectives=["f1"], run_timeout_s=120)
+    plane = Plane(heartbeat_s=0.2, lease_s=1.5)
+    plane.add(spec)
+    with PlaneServer(plane) as server:
+        proc = _start_worker_process(server, tmp_path)
+        try:
+            _wait_for(lambda: any(phase == "measure" for _, _, phase in plane.heartbeats))
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=15) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        _wait_for(lambda: plane.lease(worker_id=9, wait_s=0.1) is not None, timeout=10)
+    assert spec.trial_id in plane.expired and not plane.results

@@ -1,0 +1,168 @@
+"""The cpu backend's flags, the built-in kernels and their spaces, RAPL reading, and the
+fingerprint, with the real compiler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import FAST, make_spec
+
+from workers.backends import get_backend, probe_backends
+from workers.backends.base import TrialFailure
+from workers.backends.cpu import flags_for
+from workers.contract import FailureReason, KernelSpec, WorkloadShape
+from workers.fingerprint import collect
+from workers.kernels import BUILTINS, BuiltinKernel, get_builtin, register, space_violations
+from workers.measure import rapl
+from workers.sandbox import execute_trial
+
+
+def test_flags_for_a_configuration():
+    flags = flags_for(
+        {
+            "opt": "-O3",
+            "march_native": True,
+            "unroll": True,
+            "vectorize": False,
+            "fast_math": True,
+            "inline_limit": 300,
+            "TILE_M": 32,
+            "USE_X": True,
+        }
+    )
+    assert flags == [
+        "-DTILE_M=32",
+        "-DUSE_X=1",
+        "-ffast-math",
+        "-finline-limit=300",
+        "-march=native",
+        "-mtune=native",
+        "-O3",
+        "-funroll-loops",
+        "-fno-tree-vectorize",
+    ]
+    assert flags_for({"opt": "O2"}) == ["-O2"]
+
+
+@pytest.mark.parametrize("config", [{"opt": "-O9"}, {"tile": 3}])
+def test_bad_configuration_keys_are_explained(config):
+    with pytest.raises(TrialFailure) as caught:
+        flags_for(config)
+    assert caught.value.reason == FailureReason.ERROR
+
+
+@pytest.mark.parametrize("name", ["matmul", "stencil"])
+def test_builtin_defaults_are_inside_their_spaces(name):
+    kernel = get_builtin("cpu", name)
+    assert kernel is not None and kernel.backend == "cpu"
+    assert space_violations(kernel.space, kernel.default_config) == []
+    assert kernel.read_source().count(kernel.entry) >= 1
+    assert kernel.workload and all("dims" in w for w in kernel.workload)
+    assert len(kernel.space) >= 6
+
+
+def test_register_refuses_a_default_outside_the_space():
+    bad = BuiltinKernel(
+        name="bad",
+        backend="cpu",
+        source_file=None,
+        entry=None,
+        default_config={"T": 3},
+        space=[{"name": "T", "type": "int", "low": 4, "high": 8, "step": 4}],
+        workload=[],
+        description="",
+    )
+    with pytest.raises(ValueError, match="T=3"):
+        register(bad)
+    assert ("cpu", "bad") not in BUILTINS
+
+
+@pytest.mark.parametrize("name,dims", [("matmul", {"n": 64}), ("stencil", {"n": 96, "m": 80, "steps": 3})])
+def test_builtins_pass_their_check_at_the_extremes_of_the_space(cache, name, dims):
+    builtin = get_builtin("cpu", name)
+    lowest = {p["name"]: p["low"] for p in builtin.space if p["type"] == "int"}
+    kernel = KernelSpec(backend="cpu", builtin=name, workload=[WorkloadShape(dims=dims)])
+    for config in (
+        builtin.default_config,
+        {**builtin.default_config, **lowest, "opt": "-Ofast", "unroll": True, "march_native": True},
+    ):
+        result = execute_trial(make_spec(kernel, config, objectives=["runtime_ms", "gflops"]), cache)
+        assert result.status == "completed", result.message + result.log
+        assert result.correctness["passed"]
+        assert result.metrics["gflops"].value > 0
+
+
+def test_workload_mix_is_weighted(cache):
+    kernel = KernelSpec(
+        backend="cpu",
+        builtin="matmul",
+        workload=[WorkloadShape(dims={"n": 32}, weight=3), WorkloadShape(dims={"m": 16, "n": 64, "k": 48}, weight=1)],
+    )
+    result = execute_trial(
+        make_spec(kernel, get_builtin("cpu", "matmul").default_config, objectives=["runtime_ms", "latency_ms"]), cache
+    )
+    assert result.status == "completed", result.message + result.log
+    shapes = result.environment["shapes"]
+    assert [s["weight"] for s in shapes] == [3, 1]
+    mix = (3 * shapes[0]["hot_ms"] + shapes[1]["hot_ms"]) / 4
+    assert result.metrics["runtime_ms"].value == pytest.approx(mix, rel=0.5)
+    assert result.metrics["latency_ms"].n >= FAST.min_repeats
+
+
+def test_energy_is_never_invented(cache):
+    kernel = KernelSpec(backend="cpu", builtin="matmul", workload=[WorkloadShape(dims={"n": 32})])
+    spec = make_spec(kernel, {}, objectives=["runtime_ms", "energy_mj"])
+    result = execute_trial(spec, cache)
+    if rapl.available():
+        assert result.status == "completed"
+        assert result.metrics["energy_mj"].value > 0
+    else:
+        assert result.failure_reason == FailureReason.UNSUPPORTED
+        assert "RAPL" in result.message
+        assert get_backend("cpu").probe()["energy"] is False
+
+
+def test_unknown_builtin_is_unsupported(cache):
+    spec = make_spec(KernelSpec(backend="cpu", builtin="nope"), {})
+    assert execute_trial(spec, cache).failure_reason == FailureReason.UNSUPPORTED
+
+
+def test_rapl_reads_package_zones_and_handles_wrap(tmp_path: Path):
+    for zone, energy in (("intel-rapl:0", 999_000), ("intel-rapl:1", 5_000)):
+        d = tmp_path / zone
+        d.mkdir()
+        (d / "energy_uj").write_text(f"{energy}\n")
+        (d / "max_energy_range_uj").write_text("1000000\n")
+        (d / "name").write_text(f"package-{zone[-1]}\n")
+    sub = tmp_path / "intel-rapl:0:0"  # a core sub-zone: already inside package 0
+    sub.mkdir()
+    (sub / "energy_uj").write_text("1\n")
+    assert rapl.available(tmp_path)
+    meter = rapl.EnergyMeter(tmp_path)
+    assert [z.name for z in meter.zones] == ["package-0", "package-1"]
+    _, before = meter.read()
+    (tmp_path / "intel-rapl:0" / "energy_uj").write_text("1000\n")  # wrapped past 1e6
+    (tmp_path / "intel-rapl:1" / "energy_uj").write_text("7000\n")
+    _, after = meter.read()
+    assert meter.joules_between(before, after) == pytest.approx((2_000 + 2_000) / 1e6)
+    assert not rapl.available(tmp_path / "missing")
+
+
+def test_unreadable_rapl_means_no_energy(tmp_path: Path):
+    d = tmp_path / "intel-rapl:0"
+    d.mkdir()
+    (d / "max_energy_range_uj").write_text("1000\n")  # energy_uj missing (as if root-only)
+    assert not rapl.available(tmp_path)
+
+
+def test_probe_and_fingerprint():
+    probes = probe_backends()
+    assert probes["cpu"]["available"] and probes["python"]["available"]
+    for gpu in ("triton", "cuda"):
+        assert "available" in probes[gpu]  # absent GPU stacks are reported, never raised
+    fingerprint = collect(probes)
+    assert "cpu" in fingerprint.backends and "python" in fingerprint.backends
+    assert fingerprint.cpu_count >= 1 and fingerprint.cpu_model
+    assert fingerprint.compilers["cc"]
+    assert fingerprint.energy == rapl.available()

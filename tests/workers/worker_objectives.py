@@ -1,0 +1,58 @@
+"""Python-backend objectives used by the worker tests (imported inside the sandbox)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import subprocess
+import time
+from typing import Any
+
+
+def tradeoff(config: dict[str, Any]) -> dict[str, Any]:
+    x = float(config["x"])
+    return {
+        "f1": x,
+        "f2": 1.0 - math.sqrt(x),
+        "runtime_ms": [1.0 + x, 1.1 + x, 0.9 + x],
+        "power_w": {"value": 50.0 + x, "unit": "W"},
+    }
+
+
+def raises(config: dict[str, Any]) -> dict[str, Any]:
+    raise ValueError(f"cannot evaluate {config}")
+
+
+def segfault(config: dict[str, Any]) -> dict[str, Any]:
+    print("about to read address 0", flush=True)
+    ctypes.string_at(0)
+    return {}
+
+
+def hang_with_child(config: dict[str, Any]) -> dict[str, Any]:
+    """Starts a grandchild that records its pid, then hangs: a timeout must kill both."""
+    child = subprocess.Popen(["sleep", "1000"])
+    with open(config["pid_file"], "w") as handle:
+        handle.write(str(child.pid))
+    while True:
+        time.sleep(1)
+
+
+def exits(config: dict[str, Any]) -> dict[str, Any]:
+    os._exit(3)
+
+
+def missing_metric(config: dict[str, Any]) -> dict[str, Any]:
+    return {"something_else": 1.0}
+
+
+def sleepy(config: dict[str, Any]) -> dict[str, Any]:
+    """Sleeps, and appends its start and end times to config["record"] (if given)."""
+    start = time.time()
+    time.sleep(float(config.get("sleep_s", 0.5)))
+    end = time.time()
+    if config.get("record"):
+        with open(config["record"], "a") as handle:
+            handle.write(f"{config.get('tag', '')} {start} {end}\n")
+    return {"f1": end - start}
