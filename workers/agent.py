@@ -115,6 +115,7 @@ class Agent:
         self.device_lock = threading.Lock()
         self.stop_seen_at: float | None = None
         self.worker_id = 0
+        self.register_request: RegisterRequest | None = None
         self.heartbeat_s, self.lease_s = 10.0, 60.0
         self.measure_cpus, self.compile_cpus, self.compile_needs_device = self._assign_cpus()
 
@@ -179,20 +180,12 @@ class Agent:
             raise AgentError(f"no backend can run on this machine ({reasons})")
         fingerprint = collect(probes)
         name = self.config.name or f"{socket.gethostname()}-{os.getpid()}"
-        request = RegisterRequest(name=name, pool=self.config.pool, fingerprint=fingerprint)
-        try:
-            registered = self.client.register(request)
-        except ApiError as exc:
-            raise AgentError(f"registration refused: {exc}") from exc
-        except GaveUp as exc:
-            raise AgentError(f"stopped before registering: {exc}") from exc
-        self.worker_id = registered.worker_id
-        self.summary.worker_id = registered.worker_id
-        self.heartbeat_s, self.lease_s = registered.heartbeat_s, registered.lease_s
+        self.register_request = RegisterRequest(name=name, pool=self.config.pool, fingerprint=fingerprint)
+        self._send_registration()
         log.info(
             "registered as worker %d (%s) in pool %r at %s; backends %s; energy %s; "
             "prefetch %s; measure CPUs %s, compile CPUs %s",
-            registered.worker_id,
+            self.worker_id,
             name,
             self.config.pool,
             self.config.server,
@@ -202,6 +195,18 @@ class Agent:
             self.measure_cpus,
             self.compile_cpus,
         )
+
+    def _send_registration(self) -> None:
+        assert self.register_request is not None
+        try:
+            registered = self.client.register(self.register_request)
+        except ApiError as exc:
+            raise AgentError(f"registration refused: {exc}") from exc
+        except GaveUp as exc:
+            raise AgentError(f"stopped before registering: {exc}") from exc
+        self.worker_id = registered.worker_id
+        self.summary.worker_id = registered.worker_id
+        self.heartbeat_s, self.lease_s = registered.heartbeat_s, registered.lease_s
 
     # -- leasing and compiling (leaser thread) ---------------------------------------------
 
@@ -241,6 +246,14 @@ class Agent:
                 log.error("the service refused this worker's token: %s", exc)
                 self.summary.error = str(exc)
                 self.stop.set()
+            elif exc.status == 404 and exc.field in ("worker_id", "token"):
+                # the service no longer knows this worker (e.g. a fresh database): re-register
+                log.warning("the service does not know worker %d; registering again", self.worker_id)
+                try:
+                    self._send_registration()
+                except AgentError as again:
+                    log.error("%s", again)
+                    self.stop.wait(5.0)
             else:
                 log.error("lease request rejected: %s", exc)
                 self.stop.wait(5.0)

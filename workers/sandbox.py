@@ -77,6 +77,7 @@ def _child_env(cpus: list[int] | None) -> dict[str, str]:
     paths = [_PACKAGE_ROOT, os.getcwd(), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env["PYTHONUNBUFFERED"] = "1"
+    env["PARETUNE_AGENT_PID"] = str(os.getpid())
     threads = str(len(cpus)) if cpus else env.get("OMP_NUM_THREADS", "")
     if threads:  # BLAS thread pools sized to the CPUs the phase may use
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -143,8 +144,7 @@ def run_phase(
             reason=FailureReason.TIMEOUT,
             wall_s=wall_s,
             log=output_tail,
-            message=f"{phase} did not finish within {limit}={timeout_s:g} s; "
-            "its process group was killed",
+            message=f"{phase} did not finish within {limit}={timeout_s:g} s; its process group was killed",
         )
     return _classify(phase, jobdir, returncode, output_tail, wall_s)
 
@@ -156,9 +156,7 @@ def _read_phase(jobdir: Path) -> str:
         return ""
 
 
-def _classify(
-    phase: str, jobdir: Path, returncode: int, output_tail: str, wall_s: float
-) -> PhaseOutcome:
+def _classify(phase: str, jobdir: Path, returncode: int, output_tail: str, wall_s: float) -> PhaseOutcome:
     try:
         payload = json.loads((jobdir / "result.json").read_text())
     except (OSError, ValueError):
@@ -172,9 +170,7 @@ def _classify(
             message = f"the {phase} process was killed by {name} (signal {-returncode})"
         else:
             message = f"the {phase} process exited with status {returncode} and no result"
-        return PhaseOutcome(
-            False, reason=FailureReason.CRASH, message=message, log=output_tail, wall_s=wall_s
-        )
+        return PhaseOutcome(False, reason=FailureReason.CRASH, message=message, log=output_tail, wall_s=wall_s)
     if payload.get("ok"):
         return PhaseOutcome(True, payload=payload, log=output_tail, wall_s=wall_s)
     combined = tail(payload.get("log", ""))
@@ -255,14 +251,10 @@ def compile_trial(
         if outcome.abandoned:
             return CompileStage(abandoned=True, key=key, wall_s=wall_s)
         assert outcome.reason is not None
-        result = failed(
-            outcome.reason, outcome.message, outcome.log, timings={"compile_wall_s": wall_s}
-        )
+        result = failed(outcome.reason, outcome.message, outcome.log, timings={"compile_wall_s": wall_s})
         return CompileStage(failure=result, key=key, wall_s=wall_s)
     payload = outcome.payload
-    built = CompiledKernel(
-        staging, payload.get("files", {}), payload.get("report", {}), payload.get("log", "")
-    )
+    built = CompiledKernel(staging, payload.get("files", {}), payload.get("report", {}), payload.get("log", ""))
     return CompileStage(built=cache.commit(key, built), key=key, wall_s=wall_s)
 
 

@@ -9,9 +9,12 @@ which the agent excerpts. See workers.sandbox for the outside.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -23,6 +26,7 @@ from workers.backends.base import Backend, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, TrialSpec
 
 LOG_LIMIT = 16_000
+_PR_SET_PDEATHSIG = 1
 
 
 def _compile(backend: Backend, spec: TrialSpec, workdir: Path) -> dict[str, Any]:
@@ -102,9 +106,22 @@ def run_job(jobdir: Path) -> dict[str, Any]:
         }
 
 
+def die_with_agent(agent_pid: int | None) -> None:
+    """If the agent is killed (SIGKILL leaves no chance to clean up), the sandbox dies too
+    instead of running on unwatched: Linux delivers SIGKILL to it when its parent exits."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if agent_pid is not None and os.getppid() != agent_pid:
+        os._exit(1)  # the agent died before the line above took effect
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     jobdir = Path(args[0])
+    agent_pid = os.environ.get("PARETUNE_AGENT_PID")
+    die_with_agent(int(agent_pid) if agent_pid else None)
     faulthandler.enable()
     result = run_job(jobdir)
     partial_path = jobdir / "result.json.tmp"

@@ -228,5 +228,50 @@ def test_second_sigterm_aborts_and_the_lease_expires(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        _wait_for(lambda: plane.lease(worker_id=9, wait_s=0.1) is not None, timeout=10)
+        _wait_for(lambda: plane.lease(worker_id=1, wait_s=0.1) is not None, timeout=10)
     assert spec.trial_id in plane.expired and not plane.results
+
+
+def test_agent_registers_again_when_the_service_forgot_it(tmp_path):
+    first = make_spec(python_kernel("tradeoff"), {"x": 0.1}, objectives=["f1"])
+    second = make_spec(python_kernel("tradeoff"), {"x": 0.2}, objectives=["f1"])
+    plane = Plane()
+    plane.add(first)
+    with PlaneServer(plane) as server:
+        handle = start_agent_thread(_config(server, tmp_path, max_trials=2))
+        _wait_for(lambda: first.trial_id in plane.results)
+        plane.known_workers.clear()  # as after a restore of the service's database
+        time.sleep(0.6)  # let the long-poll already in flight (wait_s=0.2) end
+        plane.add(second)
+        handle.thread.join(30)
+    assert len(plane.registered) == 2
+    assert plane.results[second.trial_id].status == "completed"
+
+
+def test_sandbox_dies_with_a_killed_agent(tmp_path):
+    pid_file = tmp_path / "sandbox.pid"
+    spec = make_spec(
+        python_kernel("sleepy"), {"sleep_s": 60, "pid_file": str(pid_file)}, objectives=["f1"], run_timeout_s=120
+    )
+    plane = Plane(heartbeat_s=0.2)
+    plane.add(spec)
+    with PlaneServer(plane) as server:
+        proc = _start_worker_process(server, tmp_path)
+        try:
+            _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+            sandbox_pid = int(pid_file.read_text())
+            proc.kill()
+            proc.wait(timeout=10)
+            _wait_for(lambda: not _alive(sandbox_pid), timeout=5)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (ProcessLookupError, OSError):
+        return False

@@ -49,6 +49,9 @@ def missing_metric(config: dict[str, Any]) -> dict[str, Any]:
 
 def sleepy(config: dict[str, Any]) -> dict[str, Any]:
     """Sleeps, and appends its start and end times to config["record"] (if given)."""
+    if config.get("pid_file"):
+        with open(config["pid_file"], "w") as handle:
+            handle.write(str(os.getpid()))
     start = time.time()
     time.sleep(float(config.get("sleep_s", 0.5)))
     end = time.time()

@@ -42,6 +42,7 @@ class Plane:
     registered: list[dict[str, Any]] = field(default_factory=list)
     cancel_trials: set[int] = field(default_factory=set)
     fail_result_posts: int = 0  # answer this many result posts with 503 first
+    known_workers: set[int] = field(default_factory=set)  # lease answers 404 to others
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     def add(self, *specs: TrialSpec) -> None:
@@ -153,9 +154,14 @@ def _handler(plane: Plane) -> type[BaseHTTPRequestHandler]:
             if parts == ["v1", "workers", "register"]:
                 plane.registered.append(body)
                 worker_id = len(plane.registered)
+                plane.known_workers.add(worker_id)
                 return self._send(
                     201, {"worker_id": worker_id, "heartbeat_s": plane.heartbeat_s, "lease_s": plane.lease_s}
                 )
+            if parts == ["v1", "leases"] and body["worker_id"] not in plane.known_workers:
+                error = _error("not_found", "register first")
+                error["error"]["field"] = "worker_id"
+                return self._send(404, error)
             if parts == ["v1", "leases"]:
                 lease = plane.lease(body["worker_id"], float(body.get("wait_s", 0)))
                 if lease is None:
