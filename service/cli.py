@@ -315,19 +315,27 @@ def _watch(api: Api, study_id: int, exit_when_done: bool = True) -> None:
 
 
 def _front_table(front: dict[str, Any]) -> Table:
+    """The front with ratios to the baseline; configurations as their changes from it."""
     names = [o["name"] for o in front["objectives"]]
-    table = Table("trial", *names, *[f"{n} vs base" for n in names], "config", title="Pareto front")
+    table = Table("trial", *names, *[f"{n} / base" for n in names], "changes from the baseline",
+                  title="Pareto front")
     rows = list(front["trials"])
-    if front["baseline"] and front["baseline"]["values"] and not front["baseline"]["on_front"]:
-        rows.append(front["baseline"])
+    baseline = front["baseline"] or {}
+    if baseline.get("values") and not baseline.get("on_front"):
+        rows.append(baseline)
     for t in rows:
         values = t["values"] or {}
         rel = t["relative"] or {}
         label = f"{t['number']}{' (baseline)' if t['is_baseline'] else ''}"
         table.add_row(label, *[f"{values.get(n, float('nan')):.4g}" for n in names],
                       *[f"{rel[n]:.3f}x" if n in rel else "-" for n in names],
-                      json.dumps(t["config"])[:80])
+                      _config_changes(t["config"], baseline.get("config") or {}))
     return table
+
+
+def _config_changes(config: dict[str, Any], baseline: dict[str, Any]) -> str:
+    changes = [f"{k}={json.dumps(v)}" for k, v in config.items() if baseline.get(k) != v]
+    return " ".join(changes) if changes else "(same as baseline)"
 
 
 @app.command()

@@ -37,20 +37,30 @@ def relative_point(values: dict[str, Any], study: Study) -> tuple[float, ...] | 
     return tuple(point)
 
 
-def on_completed(session: Session, study: Study, trial: Trial) -> None:
-    """Account for a newly completed trial (values set, feasibility known)."""
+def load_front(session: Session, study_id: int) -> dict[int, dict[str, Any]]:
+    """The study's current front: trial id -> objective values."""
+    rows = session.execute(
+        select(Trial.id, Trial.values).where(Trial.study_id == study_id, Trial.on_front.is_(True))
+    ).all()
+    return {row.id: row.values for row in rows}
+
+
+def on_completed(session: Session, study: Study, trial: Trial, front: dict[int, dict[str, Any]]) -> None:
+    """Account for a newly completed trial (values set, feasibility known). `front` is the
+    caller's copy of the study's front (kept across calls), updated in place."""
     assert trial.values is not None
     study.n_completed += 1
     trial.completed_index = study.n_completed
     if study.baseline_values:
         trial.relative = pareto.relative_to_baseline(trial.values, study.baseline_values)
+    front_changed = False
     if trial.feasible:
         _update_best(study, trial.values)
-        _update_front(session, study, trial)
+        front_changed = _update_front(session, study, trial, front)
     if trial.is_baseline:
         _on_baseline(session, study, trial)
-    elif study.baseline_values:
-        study.hypervolume = _front_hypervolume(session, study)
+    elif study.baseline_values and front_changed:
+        study.hypervolume = _front_hypervolume(study, front)
     trial.hypervolume_after = study.hypervolume
 
 
@@ -63,23 +73,23 @@ def _update_best(study: Study, values: dict[str, Any]) -> None:
     study.best = best
 
 
-def _update_front(session: Session, study: Study, trial: Trial) -> None:
-    front_rows = session.execute(
-        select(Trial.id, Trial.values).where(Trial.study_id == study.id, Trial.on_front.is_(True))
-    ).all()
-    front = [(row.id, minimised(row.values, study.objectives)) for row in front_rows]
-    on_front, removed = pareto.update_front(front, trial.id, minimised(trial.values or {}, study.objectives))
+def _update_front(session: Session, study: Study, trial: Trial, front: dict[int, dict[str, Any]]) -> bool:
+    """Add the trial to the front if nothing there dominates it; returns whether it joined."""
+    members = [(key, minimised(values, study.objectives)) for key, values in front.items()]
+    on_front, removed = pareto.update_front(members, trial.id, minimised(trial.values or {}, study.objectives))
     if removed:
         session.execute(update(Trial).where(Trial.id.in_(removed)).values(on_front=False))
+        for key in removed:
+            del front[key]
+    if on_front:
+        front[trial.id] = dict(trial.values or {})
     trial.on_front = on_front
-    study.front_size = len(front) - len(removed) + (1 if on_front else 0)
+    study.front_size = len(front)
+    return on_front
 
 
-def _front_hypervolume(session: Session, study: Study) -> float | None:
-    rows = session.execute(
-        select(Trial.values).where(Trial.study_id == study.id, Trial.on_front.is_(True))
-    ).scalars()
-    points = [relative_point(values, study) for values in rows]
+def _front_hypervolume(study: Study, front: dict[int, dict[str, Any]]) -> float | None:
+    points = [relative_point(values, study) for values in front.values()]
     finite = [p for p in points if p is not None and all(np.isfinite(p))]
     if not finite:
         return 0.0

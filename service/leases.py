@@ -112,11 +112,13 @@ def record_result(session: Session, cache: scheduler.MirrorCache, token: str, wo
     expires = _aware(trial.lease_expires_at)
     if trial.state != "running" or trial.lease_token != token or expires is None or expires < utcnow():
         raise Conflict("the lease has expired; the trial was handed back to the queue", field="token")
-    cache.get(session, study)  # sync before this trial's row changes
+    mirror = cache.get(session, study)  # sync before this trial's row changes
+    if mirror.front is None:
+        mirror.front = fronts.load_front(session, study.id)
     _fill_result(trial, study, result, worker)
     trial.seq = next_seq(session)
     if trial.state == "completed":
-        fronts.on_completed(session, study, trial)
+        fronts.on_completed(session, study, trial, mirror.front)
     else:
         study.n_failed += 1
     worker.trials_done += 1

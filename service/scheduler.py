@@ -117,6 +117,7 @@ class Mirror:
             directions=[o["direction"] for o in study.objectives], sampler=make_sampler(doc)
         )
         self.storage = self.optuna._storage
+        self.front: dict[int, dict[str, Any]] | None = None  # the study's front, loaded on first use
         self.ids: dict[int, int] = {}  # trials.id -> optuna trial_id
         self.running: set[int] = set()  # trials.id still RUNNING in the mirror
         self.watermark = -1

@@ -1,0 +1,515 @@
+// The Pareto scatter: every completed trial as a point on two chosen objectives, a third as
+// colour, the front as a staircase with its points ringed, the baseline as a diamond with
+// cross-hairs. Canvas, so that ten thousand points draw in a few milliseconds.
+// Hover shows the trial, click opens it, drag zooms, double-click resets the zoom.
+
+import { num } from "../format.js";
+import { niceTicks, ramp, themeColors } from "./colors.js";
+
+const MARGIN = { left: 62, right: 18, top: 16, bottom: 40 };
+const HIT_PX = 9;
+const BUCKETS = 48;
+
+export class Scatter {
+  constructor(container, { onHover = () => {}, onClick = () => {}, onZoom = () => {}, height = 440 } = {}) {
+    this.container = container;
+    this.onZoom = onZoom;
+    this.onHover = onHover;
+    this.onClick = onClick;
+    this.height = height;
+    this.canvas = document.createElement("canvas");
+    this.canvas.className = "scatter-canvas";
+    this.canvas.setAttribute("role", "img");
+    container.append(this.canvas);
+    this.data = { points: [], front: [], baseline: null, x: null, y: null, color: null, directions: {}, log: false };
+    this.zoom = null;
+    this.hovered = null;
+    this.highlighted = null;
+    this.screen = { xs: new Float32Array(0), ys: new Float32Array(0), trials: [] };
+    this.frame = 0;
+    this.resize = new ResizeObserver(() => this.draw());
+    this.resize.observe(container);
+    this.bindPointer();
+  }
+
+  /** points: completed trials; front: trials on the front; x, y, color: objective names. */
+  set(data) {
+    const axesChanged = (data.x !== undefined && (data.x !== this.data.x || data.y !== this.data.y))
+      || (data.log !== undefined && data.log !== this.data.log);
+    Object.assign(this.data, data);
+    if (axesChanged && this.zoom) { this.zoom = null; this.onZoom(false); }
+    this.draw();
+  }
+
+  highlight(number) {
+    this.highlighted = number;
+    this.draw();
+  }
+
+  /** Redraw on the next animation frame (coalesces bursts of live updates). */
+  draw() {
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => { this.frame = 0; this.render(); });
+  }
+
+  destroy() {
+    cancelAnimationFrame(this.frame);
+    this.resize.disconnect();
+    this.canvas.remove();
+  }
+
+  /** Whether an axis is drawn on a log scale: asked for, and every value on it positive. */
+  logAxes() {
+    const { x, y, points, front, log } = this.data;
+    if (!log) return { x: false, y: false };
+    const positive = (key) => key !== "#" && points.every((t) => !(val(t, key) <= 0)) && front.every((t) => !(val(t, key) <= 0));
+    return { x: positive(x), y: positive(y) };
+  }
+
+  /** The plotted range, in axis space (log10 of the value on a log axis). */
+  domain(logs) {
+    const { x, y, points, front, baseline } = this.data;
+    if (this.zoom) return this.zoom;
+    const fx = logs.x ? Math.log10 : (v) => v;
+    const fy = logs.y ? Math.log10 : (v) => v;
+    let [x0, x1, y0, y1] = [Infinity, -Infinity, Infinity, -Infinity];
+    const take = (t) => {
+      const vx = fx(val(t, x));
+      const vy = fy(val(t, y));
+      if (!Number.isFinite(vx) || !Number.isFinite(vy)) return;
+      if (vx < x0) x0 = vx;
+      if (vx > x1) x1 = vx;
+      if (vy < y0) y0 = vy;
+      if (vy > y1) y1 = vy;
+    };
+    points.forEach(take);
+    front.forEach(take);
+    if (baseline) take(baseline);
+    if (!Number.isFinite(x0)) return { x0: 0, x1: 1, y0: 0, y1: 1 };
+    const px = (x1 - x0 || Math.abs(x0) || 1) * 0.05;
+    const py = (y1 - y0 || Math.abs(y0) || 1) * 0.06;
+    return { x0: x0 - px, x1: x1 + px, y0: y0 - py, y1: y1 + py };
+  }
+
+  /** Whether the values on an axis spread over so many multiples that a log scale reads better. */
+  static wantsLog(trials, keys) {
+    return keys.some((key) => {
+      let lo = Infinity;
+      let hi = -Infinity;
+      for (const t of trials) {
+        const v = val(t, key);
+        if (!(v > 0)) { if (Number.isFinite(v)) return false; continue; }
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+      }
+      return key !== "#" && hi / lo > 8;
+    });
+  }
+
+  colorScale() {
+    const { color, points, front, baseline, directions } = this.data;
+    if (!color) return null;
+    let lo = Infinity;
+    let hi = -Infinity;
+    const scan = (t) => {
+      const v = val(t, color);
+      if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
+    };
+    points.forEach(scan);
+    front.forEach(scan);
+    if (baseline) scan(baseline);
+    if (!Number.isFinite(lo)) return null;
+    // Bright means better: flip minimised objectives so the eye goes to the yellow end.
+    const flip = color !== "#" && directions[color] !== "maximize";
+    const value = (t) => val(t, color);
+    const t01 = (v) => { const u = hi > lo ? (v - lo) / (hi - lo) : 0.5; return flip ? 1 - u : u; };
+    return { lo, hi, flip, value, t01 };
+  }
+
+  render() {
+    const { canvas, container } = this;
+    const width = Math.max(200, container.clientWidth);
+    const height = this.height;
+    const dpr = window.devicePixelRatio || 1;
+    if (canvas.width !== Math.round(width * dpr) || canvas.height !== Math.round(height * dpr)) {
+      canvas.width = Math.round(width * dpr);
+      canvas.height = Math.round(height * dpr);
+      canvas.style.width = `${width}px`;
+      canvas.style.height = `${height}px`;
+    }
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const colors = themeColors();
+    const { x, y } = this.data;
+    if (!x || !y) return;
+    const logs = this.logAxes();
+    const d = this.domain(logs);
+    const plot = { l: MARGIN.left, r: width - MARGIN.right, t: MARGIN.top, b: height - MARGIN.bottom };
+    const fx = logs.x ? Math.log10 : (v) => v;
+    const fy = logs.y ? Math.log10 : (v) => v;
+    const sx = (v) => plot.l + ((fx(v) - d.x0) / (d.x1 - d.x0)) * (plot.r - plot.l);
+    const sy = (v) => plot.b - ((fy(v) - d.y0) / (d.y1 - d.y0)) * (plot.b - plot.t);
+    this.scale = { sx, sy, plot, d };
+
+    this.drawAxes(ctx, colors, plot, d, sx, sy, logs);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(plot.l, plot.t, plot.r - plot.l, plot.b - plot.t);
+    ctx.clip();
+    this.drawBaselineLines(ctx, colors, plot, sx, sy);
+    this.drawStaircase(ctx, colors, plot, sx, sy);
+    const scale = this.colorScale();
+    this.drawCloud(ctx, colors, scale, sx, sy);
+    this.drawFront(ctx, colors, scale, sx, sy);
+    this.drawBaseline(ctx, colors, sx, sy);
+    this.drawMarks(ctx, colors, sx, sy);
+    ctx.restore();
+    if (this.drag) this.drawDrag(ctx, colors);
+    this.publish();
+  }
+
+  drawAxes(ctx, colors, plot, d, sx, sy, logs) {
+    ctx.font = `11px ${colors.mono}`;
+    ctx.lineWidth = 1;
+    ctx.strokeStyle = colors.grid;
+    ctx.fillStyle = colors.muted;
+    ctx.textAlign = "center";
+    ctx.textBaseline = "top";
+    for (const v of axisTicks(d.x0, d.x1, logs.x, Math.max(3, Math.floor((plot.r - plot.l) / 90)))) {
+      const px = Math.round(sx(v)) + 0.5;
+      if (px < plot.l - 1 || px > plot.r + 1) continue;
+      ctx.beginPath(); ctx.moveTo(px, plot.t); ctx.lineTo(px, plot.b); ctx.stroke();
+      ctx.fillText(num(v, 3), px, plot.b + 6);
+    }
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (const v of axisTicks(d.y0, d.y1, logs.y, Math.max(3, Math.floor((plot.b - plot.t) / 60)))) {
+      const py = Math.round(sy(v)) + 0.5;
+      if (py < plot.t - 1 || py > plot.b + 1) continue;
+      ctx.beginPath(); ctx.moveTo(plot.l, py); ctx.lineTo(plot.r, py); ctx.stroke();
+      ctx.fillText(num(v, 3), plot.l - 8, py);
+    }
+    ctx.strokeStyle = colors.faint;
+    ctx.strokeRect(plot.l + 0.5, plot.t + 0.5, plot.r - plot.l - 1, plot.b - plot.t - 1);
+    ctx.fillStyle = colors.fg;
+    ctx.font = `12px ${colors.sans}`;
+    ctx.textAlign = "center";
+    ctx.textBaseline = "bottom";
+    ctx.fillText(this.axisTitle(this.data.x), (plot.l + plot.r) / 2, plot.b + 38);
+    ctx.save();
+    ctx.translate(14, (plot.t + plot.b) / 2);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textBaseline = "middle";
+    ctx.fillText(this.axisTitle(this.data.y), 0, 0);
+    ctx.restore();
+  }
+
+  axisTitle(name) {
+    if (name === "#") return "trial number";
+    const dir = this.data.directions[name];
+    return `${name}  ${dir === "maximize" ? "↑ higher is better" : "↓ lower is better"}`;
+  }
+
+  drawBaselineLines(ctx, colors, plot, sx, sy) {
+    const b = this.data.baseline;
+    if (!b || !valid(b, this.data.x, this.data.y)) return;
+    ctx.save();
+    ctx.setLineDash([4, 4]);
+    ctx.strokeStyle = colors.baseline;
+    ctx.globalAlpha = 0.55;
+    const bx = Math.round(sx(val(b, this.data.x))) + 0.5;
+    const by = Math.round(sy(val(b, this.data.y))) + 0.5;
+    ctx.beginPath();
+    ctx.moveTo(bx, plot.t); ctx.lineTo(bx, plot.b);
+    ctx.moveTo(plot.l, by); ctx.lineTo(plot.r, by);
+    ctx.stroke();
+    ctx.restore();
+  }
+
+  /** The 2-D non-dominated subset of the front on the chosen axes, as an attainment staircase. */
+  staircase() {
+    const { front, x, y, directions } = this.data;
+    const sgx = directions[x] === "maximize" ? -1 : 1;
+    const sgy = directions[y] === "maximize" ? -1 : 1;
+    const pts = front.filter((t) => valid(t, x, y))
+      .map((t) => ({ t, mx: sgx * val(t, x), my: sgy * val(t, y) }))
+      .sort((a, b) => a.mx - b.mx || a.my - b.my);
+    const steps = [];
+    let bestY = Infinity;
+    for (const p of pts) {
+      if (p.my < bestY) { steps.push(p); bestY = p.my; }
+    }
+    return steps.map((p) => p.t);
+  }
+
+  drawStaircase(ctx, colors, plot, sx, sy) {
+    const { x, y, directions } = this.data;
+    const steps = this.staircase();
+    if (!steps.length) return;
+    const worseX = directions[x] === "maximize" ? plot.l : plot.r;
+    const worseY = directions[y] === "maximize" ? plot.b : plot.t;
+    const pts = [];
+    steps.forEach((t, i) => {
+      const px = sx(val(t, x));
+      const py = sy(val(t, y));
+      if (i > 0) pts.push([px, pts[pts.length - 1][1]]);
+      pts.push([px, py]);
+    });
+    const first = [pts[0][0], worseY];
+    const last = [worseX, pts[pts.length - 1][1]];
+    ctx.save();
+    ctx.beginPath();
+    ctx.moveTo(...first);
+    for (const p of pts) ctx.lineTo(...p);
+    ctx.lineTo(...last);
+    ctx.lineTo(worseX, worseY);
+    ctx.closePath();
+    ctx.fillStyle = colors.front;
+    ctx.globalAlpha = 0.045;
+    ctx.fill();
+    ctx.globalAlpha = 0.9;
+    ctx.beginPath();
+    ctx.moveTo(...first);
+    for (const p of pts) ctx.lineTo(...p);
+    ctx.lineTo(...last);
+    ctx.strokeStyle = colors.front;
+    ctx.lineWidth = 1.6;
+    ctx.stroke();
+    ctx.restore();
+  }
+
+  drawCloud(ctx, colors, scale, sx, sy) {
+    const { points, x, y } = this.data;
+    const frontSet = this.frontNumbers();
+    const n = points.length;
+    const r = n > 3000 ? 2 : n > 600 ? 2.6 : 3.2;
+    const buckets = Array.from({ length: BUCKETS + 1 }, () => []);
+    const xs = new Float32Array(n);
+    const ys = new Float32Array(n);
+    const trials = new Array(n);
+    let k = 0;
+    for (const t of points) {
+      if (!valid(t, x, y) || frontSet.has(t.number) || t.is_baseline) continue;
+      const px = sx(val(t, x));
+      const py = sy(val(t, y));
+      xs[k] = px; ys[k] = py; trials[k] = t; k++;
+      let b = BUCKETS;
+      if (scale) {
+        const v = scale.value(t);
+        if (Number.isFinite(v)) b = Math.round(scale.t01(v) * (BUCKETS - 1));
+      }
+      buckets[b].push(px, py);
+    }
+    ctx.globalAlpha = n > 3000 ? 0.55 : 0.72;
+    buckets.forEach((coords, b) => {
+      if (!coords.length) return;
+      ctx.fillStyle = b === BUCKETS ? colors.point : ramp(b / (BUCKETS - 1), colors.dark);
+      ctx.beginPath();
+      for (let i = 0; i < coords.length; i += 2) {
+        ctx.moveTo(coords[i] + r, coords[i + 1]);
+        ctx.arc(coords[i], coords[i + 1], r, 0, 2 * Math.PI);
+      }
+      ctx.fill();
+    });
+    ctx.globalAlpha = 1;
+    this.screen = { xs: xs.subarray(0, k), ys: ys.subarray(0, k), trials: trials.slice(0, k) };
+  }
+
+  frontNumbers() {
+    if (this._frontKey !== this.data.front) {
+      this._frontKey = this.data.front;
+      this._frontSet = new Set(this.data.front.map((t) => t.number));
+    }
+    return this._frontSet;
+  }
+
+  drawFront(ctx, colors, scale, sx, sy) {
+    const { front, x, y } = this.data;
+    this.frontScreen = [];
+    for (const t of front) {
+      if (!valid(t, x, y) || t.is_baseline) continue;
+      const px = sx(val(t, x));
+      const py = sy(val(t, y));
+      const v = scale ? scale.value(t) : null;
+      ctx.beginPath();
+      ctx.arc(px, py, 5, 0, 2 * Math.PI);
+      ctx.fillStyle = scale && Number.isFinite(v) ? ramp(scale.t01(v), colors.dark) : colors.front;
+      ctx.fill();
+      ctx.lineWidth = 1.8;
+      ctx.strokeStyle = colors.front;
+      ctx.stroke();
+      ctx.lineWidth = 1;
+      ctx.strokeStyle = colors.bg;
+      ctx.beginPath();
+      ctx.arc(px, py, 6.6, 0, 2 * Math.PI);
+      ctx.stroke();
+      this.frontScreen.push({ t, px, py });
+    }
+  }
+
+  drawBaseline(ctx, colors, sx, sy) {
+    const b = this.data.baseline;
+    this.baselineScreen = null;
+    if (!b || !valid(b, this.data.x, this.data.y)) return;
+    const px = sx(val(b, this.data.x));
+    const py = sy(val(b, this.data.y));
+    ctx.save();
+    ctx.translate(px, py);
+    ctx.rotate(Math.PI / 4);
+    ctx.fillStyle = colors.baseline;
+    ctx.strokeStyle = colors.bg;
+    ctx.lineWidth = 1.5;
+    ctx.fillRect(-5, -5, 10, 10);
+    ctx.strokeRect(-5, -5, 10, 10);
+    ctx.restore();
+    this.baselineScreen = { t: b, px, py };
+  }
+
+  drawMarks(ctx, colors, sx, sy) {
+    const { x, y } = this.data;
+    for (const [t, color] of [[this.highlighted, colors.accent], [this.hovered, colors.fg]]) {
+      if (!t || !valid(t, x, y)) continue;
+      ctx.beginPath();
+      ctx.arc(sx(val(t, x)), sy(val(t, y)), 9, 0, 2 * Math.PI);
+      ctx.strokeStyle = color;
+      ctx.lineWidth = 2;
+      ctx.stroke();
+    }
+  }
+
+  drawDrag(ctx, colors) {
+    const { x0, y0, x1, y1 } = this.drag;
+    ctx.save();
+    ctx.fillStyle = colors.accent;
+    ctx.globalAlpha = 0.1;
+    ctx.fillRect(Math.min(x0, x1), Math.min(y0, y1), Math.abs(x1 - x0), Math.abs(y1 - y0));
+    ctx.globalAlpha = 0.8;
+    ctx.strokeStyle = colors.accent;
+    ctx.strokeRect(Math.min(x0, x1) + 0.5, Math.min(y0, y1) + 0.5, Math.abs(x1 - x0), Math.abs(y1 - y0));
+    ctx.restore();
+  }
+
+  /** Screen positions of the front and baseline, and what is drawn, for tests and tools. */
+  publish() {
+    const c = this.canvas;
+    c.dataset.x = this.data.x;
+    c.dataset.y = this.data.y;
+    c.dataset.color = this.data.color || "";
+    c.dataset.count = String(this.screen.trials.length + this.frontScreen.length + (this.baselineScreen ? 1 : 0));
+    const marks = this.frontScreen.map(({ t, px, py }) => ({ number: t.number, x: +px.toFixed(1), y: +py.toFixed(1) }));
+    if (this.baselineScreen) {
+      const { t, px, py } = this.baselineScreen;
+      marks.push({ number: t.number, baseline: true, x: +px.toFixed(1), y: +py.toFixed(1) });
+    }
+    c.dataset.marks = JSON.stringify(marks);
+    c.setAttribute("aria-label",
+      `Scatter of ${c.dataset.count} trials: ${this.data.x} against ${this.data.y}; ${this.frontScreen.length} on the front`);
+    c.dataset.ready = "1";
+  }
+
+  /** The trial under a canvas position: front and baseline first, then the nearest point. */
+  hit(px, py) {
+    let best = null;
+    let bestD = HIT_PX * HIT_PX;
+    const marks = [...(this.frontScreen || []), ...(this.baselineScreen ? [this.baselineScreen] : [])];
+    for (const m of marks) {
+      const d = (m.px - px) ** 2 + (m.py - py) ** 2;
+      if (d <= bestD) { bestD = d; best = m.t; }
+    }
+    if (best) return best;
+    const { xs, ys, trials } = this.screen;
+    for (let i = 0; i < xs.length; i++) {
+      const d = (xs[i] - px) ** 2 + (ys[i] - py) ** 2;
+      if (d < bestD) { bestD = d; best = trials[i]; }
+    }
+    return best;
+  }
+
+  bindPointer() {
+    const c = this.canvas;
+    const pos = (e) => { const r = c.getBoundingClientRect(); return [e.clientX - r.left, e.clientY - r.top]; };
+    c.addEventListener("mousemove", (e) => {
+      const [px, py] = pos(e);
+      if (this.press) {
+        const moved = Math.hypot(px - this.press[0], py - this.press[1]) > 4;
+        if (moved) {
+          this.drag = { x0: this.press[0], y0: this.press[1], x1: px, y1: py };
+          this.draw();
+          return;
+        }
+      }
+      const t = this.hit(px, py);
+      if (t !== this.hovered) {
+        this.hovered = t;
+        c.style.cursor = t ? "pointer" : "crosshair";
+        this.draw();
+      }
+      this.onHover(t, px, py);
+    });
+    c.addEventListener("mouseleave", () => {
+      this.press = null;
+      this.drag = null;
+      if (this.hovered) { this.hovered = null; this.draw(); }
+      this.onHover(null);
+    });
+    c.addEventListener("mousedown", (e) => { if (e.button === 0) this.press = pos(e); });
+    c.addEventListener("mouseup", (e) => {
+      const [px, py] = pos(e);
+      const drag = this.drag;
+      this.press = null;
+      this.drag = null;
+      if (drag && this.scale) {
+        this.zoomTo(drag);
+        return;
+      }
+      const t = this.hit(px, py);
+      if (t) this.onClick(t, e);
+    });
+    c.addEventListener("dblclick", () => this.resetZoom());
+  }
+
+  zoomTo({ x0, y0, x1, y1 }) {
+    const { plot, d } = this.scale;
+    if (Math.abs(x1 - x0) < 8 || Math.abs(y1 - y0) < 8) { this.draw(); return; }
+    const ix = (px) => d.x0 + ((px - plot.l) / (plot.r - plot.l)) * (d.x1 - d.x0);
+    const iy = (py) => d.y0 + ((plot.b - py) / (plot.b - plot.t)) * (d.y1 - d.y0);
+    this.zoom = {
+      x0: ix(Math.min(x0, x1)), x1: ix(Math.max(x0, x1)),
+      y0: iy(Math.max(y0, y1)), y1: iy(Math.min(y0, y1)),
+    };
+    this.onZoom(true);
+    this.draw();
+  }
+
+  resetZoom() {
+    this.zoom = null;
+    this.onZoom(false);
+    this.draw();
+  }
+}
+
+/** Tick values (in data units) for an axis range given in axis space. */
+function axisTicks(lo, hi, log, count) {
+  if (!log) return niceTicks(lo, hi, count);
+  if (hi - lo < 1.2) return niceTicks(10 ** lo, 10 ** hi, count);
+  const ticks = [];
+  const steps = hi - lo > 4 ? [1] : hi - lo > 2 ? [1, 3] : [1, 2, 5];
+  for (let k = Math.floor(lo); k <= Math.ceil(hi); k++) {
+    for (const m of steps) {
+      const v = m * 10 ** k;
+      const u = Math.log10(v);
+      if (u >= lo && u <= hi) ticks.push(Number(v.toPrecision(6)));
+    }
+  }
+  return ticks;
+}
+
+/** The trial number is plotted as "#"; a name that no objective can have. */
+export function val(t, key) {
+  return key === "#" ? t.number : t.values?.[key];
+}
+
+function valid(t, x, y) {
+  return t && Number.isFinite(val(t, x)) && Number.isFinite(val(t, y));
+}

@@ -1,0 +1,383 @@
+// One study: header with actions, the Pareto scatter, hypervolume over trials, the front
+// with ratios to the baseline, and all trials; kept live by the study's event stream.
+
+import { follow, get, post } from "../api.js";
+import { confirmDialog, h, replace, throttle, toast } from "../dom.js";
+import { ago, num, stamp, unitOf } from "../format.js";
+import { navigate } from "../router.js";
+import { rampCss } from "../charts/colors.js";
+import { StepChart } from "../charts/line.js";
+import { Scatter } from "../charts/scatter.js";
+import { can, card, errorBox, progressBar, ratioPill, spinner, stateBadge } from "../widgets.js";
+import { TrialsTable, valueCell } from "./trials_table.js";
+
+const ACTIONS = {
+  pause: { label: "Pause", when: ["running"], done: "paused" },
+  resume: { label: "Resume", when: ["paused"], done: "resumed" },
+  cancel: { label: "Cancel study", when: ["running", "paused"], done: "cancelled", danger: true },
+};
+
+export function studyView(root, { params, query, ctx }) {
+  const id = Number(params.id);
+  const abort = new AbortController();
+  const page = new StudyPage(root, id, query, ctx, abort.signal);
+  page.start();
+  return () => { abort.abort(); page.destroy(); };
+}
+
+class StudyPage {
+  constructor(root, id, query, ctx, signal) {
+    Object.assign(this, { root, id, query, ctx, signal });
+    this.trials = new Map(); // number -> latest TrialOut seen on the event stream
+    this.points = []; // completed trials with values, for the scatter
+    this.pointIndex = new Map();
+    this.frontTrials = [];
+    this.baseline = null;
+    this.refetchFront = throttle(() => this.loadFront(), 800);
+    this.onTheme = () => this.scatter && this.scatter.draw();
+  }
+
+  async start() {
+    replace(this.root, spinner("Loading study"));
+    let study, front, me;
+    try {
+      [study, front, me] = await Promise.all([
+        get(`/v1/studies/${this.id}`, { signal: this.signal }),
+        get(`/v1/studies/${this.id}/front`, { signal: this.signal }),
+        this.ctx.me,
+      ]);
+    } catch (error) {
+      if (!this.signal.aborted) replace(this.root, errorBox(error));
+      return;
+    }
+    if (this.signal.aborted) return;
+    this.me = me;
+    this.study = study;
+    this.ctx.setTitle(study.name);
+    this.ctx.setCrumbs([{ text: "Studies", href: "/ui/" }, { text: study.name }]);
+    this.objectives = study.objectives;
+    this.directions = Object.fromEntries(this.objectives.map((o) => [o.name, o.direction]));
+    this.build();
+    this.applyStudy(study);
+    this.applyFront(front);
+    this.table.load();
+    window.addEventListener("paretune:theme", this.onTheme);
+    this.follow();
+  }
+
+  destroy() {
+    window.removeEventListener("paretune:theme", this.onTheme);
+    this.refetchFront.cancel();
+    if (this.table) this.table.refresh.cancel();
+    if (this.scatter) this.scatter.destroy();
+    if (this.hvChart) this.hvChart.destroy();
+  }
+
+  build() {
+    const s = this.study;
+    this.badge = h("span");
+    this.live = h("span", { class: "live", id: "live" }, h("span", { class: "dot" }), "connecting");
+    this.actions = h("div", { class: "actions", id: "study-actions" });
+    this.progress = h("div", { class: "progress-row" });
+    this.kpis = h("div", { class: "kpis" });
+    this.bestList = h("div", { class: "best-grid" });
+    this.frontBox = h("div", { class: "table-wrap" });
+    this.frontCount = h("span", { class: "count" });
+
+    const meta = [`#${s.id}`, `pool ${s.pool}`, `${s.backend} backend`, `${s.sampler} sampler`,
+      `parallelism ${s.parallelism}`];
+    const head = h("div", { class: "page-head study-head" },
+      h("div", { class: "grow" },
+        h("div", { class: "title-row" }, h("h1", null, s.name), this.badge, this.live),
+        s.document?.description ? h("p", { class: "description" }, s.document.description) : null,
+        h("div", { class: "meta" }, meta.map((m) => h("span", null, m)),
+          h("span", { title: stamp(s.created_at) }, `created ${ago(s.created_at)}`))),
+      this.actions);
+
+    const scatterCard = this.buildScatter();
+    const hvBox = h("div", { class: "hv-chart" });
+    const side = h("aside", { class: "side" },
+      card("Hypervolume", { cls: "hv-card" }, this.kpis, hvBox),
+      card("Best against the baseline", {}, this.bestList));
+
+    const trialsBox = h("div");
+    replace(this.root, h("div", { class: "study-page", id: "study", dataset: { study: s.id } },
+      head, this.progress,
+      h("div", { class: "layout-main" }, scatterCard, side),
+      card(["Pareto front ", this.frontCount], { id: "front" }, this.frontBox),
+      card("All trials", { id: "all-trials" }, trialsBox)));
+
+    this.hvChart = new StepChart(hvBox, { height: 170, xLabel: "completed trials" });
+    this.table = new TrialsTable(trialsBox, {
+      studyId: this.id, objectives: this.objectives,
+      onOpen: (t) => this.open(t),
+      onHover: (t) => this.scatter.highlight(t),
+    });
+  }
+
+  buildScatter() {
+    const names = this.objectives.map((o) => o.name);
+    const pick = (key, fallback, allowed) => (allowed.includes(this.query.get(key)) ? this.query.get(key) : fallback);
+    const axisChoices = names.length > 1 ? names : [...names, "#"];
+    this.axes = {
+      x: pick("x", axisChoices[0], axisChoices),
+      y: pick("y", axisChoices[1], axisChoices),
+      color: pick("color", names[2] || "", [...names, "#", ""]),
+    };
+    const label = (n) => (n === "#" ? "trial number" : n);
+    const select = (id, key, choices) => h("select", { id, "aria-label": id.replace("-", " "),
+      onchange: (e) => { this.axes[key] = e.target.value; this.axesChanged(); } },
+    choices.map((n) => h("option", { value: n, selected: n === this.axes[key] }, n === "" ? "none" : label(n))));
+    this.legend = h("div", { class: "legend" });
+    const logParam = this.query.get("log");
+    this.logChosen = logParam === "1" || logParam === "0";
+    this.logBox = h("input", { type: "checkbox", id: "log-scale", checked: logParam === "1",
+      onchange: () => { this.logChosen = true; this.axesChanged(); } });
+    this.resetZoom = h("button", { class: "btn btn-small", hidden: true, onclick: () => this.scatter.resetZoom() }, "Reset zoom");
+    this.tooltip = h("div", { class: "tooltip", hidden: true });
+    this.cloudCount = h("span", { class: "muted" });
+    const plot = h("div", { class: "scatter", id: "scatter" });
+    const controls = h("div", { class: "chart-controls" },
+      h("label", null, "X", select("x-axis", "x", axisChoices)),
+      h("label", null, "Y", select("y-axis", "y", axisChoices)),
+      h("label", null, "Colour", select("color-by", "color", ["", ...names, "#"])),
+      h("label", { class: "check" }, this.logBox, "log scale"),
+      h("div", { class: "spacer" }), this.resetZoom);
+    const box = card("Trade-off", { cls: "scatter-card", actions: this.cloudCount }, controls, h("div", { class: "scatter-wrap" }, plot, this.tooltip), this.legend);
+    this.scatter = new Scatter(plot, {
+      height: 430,
+      onHover: (t, px, py) => this.showTooltip(t, px, py),
+      onClick: (t) => this.open(t),
+      onZoom: (zoomed) => { this.resetZoom.hidden = !zoomed; },
+    });
+    this.scatter.set({ x: this.axes.x, y: this.axes.y, color: this.axes.color || null, directions: this.directions,
+      log: this.logBox.checked });
+    this.drawLegend();
+    return box;
+  }
+
+  axesChanged() {
+    const q = new URLSearchParams(location.search);
+    for (const k of ["x", "y", "color"]) q.set(k, this.axes[k]);
+    if (this.logChosen) q.set("log", this.logBox.checked ? "1" : "0");
+    history.replaceState(null, "", `${location.pathname}?${q}`);
+    this.scatter.set({ x: this.axes.x, y: this.axes.y, color: this.axes.color || null, log: this.logBox.checked });
+    this.drawLegend();
+    this.drawFrontTable();
+  }
+
+  drawLegend() {
+    const c = this.axes.color;
+    const dark = document.documentElement.dataset.theme === "dark";
+    const items = [
+      h("span", { class: "key" }, h("i", { class: "mark mark-front" }), "Pareto front"),
+      h("span", { class: "key" }, h("i", { class: "mark mark-baseline" }), "baseline"),
+      h("span", { class: "key" }, h("i", { class: "mark mark-point" }), "other trials"),
+    ];
+    if (c) {
+      const maximize = c === "#" || this.directions[c] === "maximize";
+      items.push(h("span", { class: "key colorbar" },
+        h("span", { class: "muted" }, c === "#" ? "trial number" : c),
+        h("span", { class: "muted" }, c === "#" ? "first" : maximize ? "low" : "high"),
+        h("i", { class: "ramp", style: { background: rampCss(dark) } }),
+        h("span", { class: "muted" }, c === "#" ? "last" : maximize ? "high" : "low"),
+        c === "#" ? null : h("span", { class: "muted" }, "(brighter is better)")));
+    }
+    items.push(h("span", { class: "hint" }, "drag to zoom · click a point to open it"));
+    replace(this.legend, items);
+  }
+
+  showTooltip(t, px, py) {
+    const tip = this.tooltip;
+    if (!t) { tip.hidden = true; return; }
+    const rows = this.objectives.map((o) => h("tr", null, h("th", null, o.name), h("td", { class: "num" }, valueCell(t, o))));
+    const config = Object.entries(t.config || {}).map(([k, v]) => h("div", null, h("span", { class: "k" }, k), h("span", { class: "v" }, String(v))));
+    replace(tip,
+      h("div", { class: "tip-title" }, `Trial #${t.number}`,
+        this.isFront(t) ? h("span", { class: "tag tag-front" }, "front") : null,
+        t.is_baseline ? h("span", { class: "tag tag-baseline" }, "baseline") : null),
+      h("table", null, h("tbody", null, rows)),
+      h("div", { class: "tip-config" }, config));
+    tip.hidden = false;
+    const wrap = tip.parentElement.getBoundingClientRect();
+    const w = tip.offsetWidth;
+    const hgt = tip.offsetHeight;
+    const left = px + 16 + w > wrap.width ? px - 16 - w : px + 16;
+    const top = Math.min(Math.max(4, py - hgt / 2), wrap.height - hgt - 4);
+    tip.style.left = `${Math.max(4, left)}px`;
+    tip.style.top = `${top}px`;
+  }
+
+  isFront(t) {
+    return this.frontTrials.some((f) => f.number === t.number);
+  }
+
+  open(t) {
+    navigate(`/ui/studies/${this.id}/trials/${t.number}`);
+  }
+
+  applyStudy(s) {
+    this.study = { ...this.study, ...s, document: this.study.document };
+    replace(this.badge, stateBadge(s.state));
+    replace(this.progress, progressBar(s.progress));
+    this.drawActions();
+    this.drawKpis();
+  }
+
+  drawActions() {
+    const s = this.study;
+    if (!can(this.me, "member")) {
+      replace(this.actions, h("span", { class: "badge role role-viewer", title: "Viewers can look but not change studies" }, "read-only"));
+      return;
+    }
+    replace(this.actions, Object.entries(ACTIONS).filter(([, a]) => a.when.includes(s.state)).map(([name, a]) =>
+      h("button", { class: ["btn", a.danger ? "btn-danger-outline" : ""], id: name, onclick: () => this.act(name) }, a.label)));
+    // Promoting a front point to an artifact will live next to these once artifacts exist.
+  }
+
+  async act(name) {
+    const a = ACTIONS[name];
+    if (name === "cancel") {
+      const ok = await confirmDialog({
+        title: "Cancel this study?", danger: true, confirm: "Cancel study",
+        body: "Queued trials are dropped and running ones are stopped. Completed trials and the front are kept.",
+      });
+      if (!ok) return;
+    }
+    try {
+      const s = await post(`/v1/studies/${this.id}/${name}`);
+      this.applyStudy(s);
+      toast(`Study ${a.done}`, "ok");
+    } catch (error) {
+      toast(error.message);
+    }
+  }
+
+  drawKpis() {
+    const s = this.study;
+    replace(this.kpis,
+      h("div", { class: "kpi" }, h("div", { class: "kpi-value", id: "hypervolume" }, s.hypervolume === null ? "–" : num(s.hypervolume, 5)),
+        h("div", { class: "kpi-label" }, "dominated volume, baseline = 1")),
+      h("div", { class: "kpi" }, h("div", { class: "kpi-value" }, s.front_size), h("div", { class: "kpi-label" }, "on the front")),
+      h("div", { class: "kpi" }, h("div", { class: "kpi-value" }, s.progress.completed), h("div", { class: "kpi-label" }, "completed")));
+    replace(this.bestList, this.objectives.map((o) => {
+      const v = s.best[o.name];
+      const b = s.baseline ? s.baseline[o.name] : null;
+      const unit = unitOf(o.name);
+      return h("div", { class: "best-row" },
+        h("div", { class: "best-name" }, o.name, h("span", { class: "dir" }, o.direction === "maximize" ? " ↑" : " ↓")),
+        h("div", { class: "num best-value" }, Number.isFinite(v) ? `${num(v)}${unit ? ` ${unit}` : ""}` : "–"),
+        h("div", { class: "num muted" }, Number.isFinite(b) ? `base ${num(b)}` : "no baseline yet"),
+        Number.isFinite(v) && b ? ratioPill(v / b, o.direction) : h("span"));
+    }));
+  }
+
+  async loadFront() {
+    try {
+      this.applyFront(await get(`/v1/studies/${this.id}/front`, { signal: this.signal }));
+    } catch (error) {
+      if (!this.signal.aborted) toast(`Could not refresh the front: ${error.message}`);
+    }
+  }
+
+  applyFront(front) {
+    this.frontTrials = front.trials;
+    this.baseline = front.baseline;
+    this.hvChart.set(front.history.map((p) => ({ x: p.completed, y: p.hypervolume })));
+    this.scatter.set({ front: front.trials, baseline: front.baseline });
+    if (front.hypervolume !== null) this.study.hypervolume = front.hypervolume;
+    this.drawFrontTable();
+    this.root.querySelector("#study").dataset.front = "ready";
+  }
+
+  drawFrontTable() {
+    const x = this.axes.x === "#" ? this.objectives[0].name : this.axes.x;
+    const sign = this.directions[x] === "maximize" ? -1 : 1;
+    const rows = [...this.frontTrials].sort((a, b) => sign * ((a.values?.[x] ?? 0) - (b.values?.[x] ?? 0)));
+    this.frontCount.textContent = `${rows.length} trial${rows.length === 1 ? "" : "s"}`;
+    if (!rows.length && !this.baseline) {
+      replace(this.frontBox, h("p", { class: "muted empty" }, "No trial has completed yet."));
+      return;
+    }
+    const configKeys = Object.keys((rows[0] || this.baseline).config || {});
+    const line = (t, cls) => h("tr", {
+      class: ["clickable", cls], dataset: { number: t.number },
+      onclick: () => this.open(t), onmouseenter: () => this.scatter.highlight(t), onmouseleave: () => this.scatter.highlight(null),
+    },
+    h("td", { class: "num" }, h("a", { href: `/ui/studies/${this.id}/trials/${t.number}`, onclick: (e) => e.stopPropagation() }, t.number)),
+    this.objectives.flatMap((o) => {
+      const v = t.values?.[o.name];
+      const unit = unitOf(o.name);
+      return [
+        h("td", { class: "num nowrap" }, Number.isFinite(v) ? num(v) : "–", unit ? h("span", { class: "unit" }, ` ${unit}`) : null),
+        h("td", { class: "num ratio-col" }, t.is_baseline ? h("span", { class: "muted" }, "1×") : ratioPill(t.relative?.[o.name], o.direction)),
+      ];
+    }),
+    configKeys.map((k) => h("td", { class: "cfg" }, fmtConfig(t.config?.[k], this.baseline?.config?.[k], t.is_baseline))));
+    replace(this.frontBox, h("table", { class: "grid-table front-table", id: "front-table" },
+      h("thead", null,
+        h("tr", null, h("th", { class: "num" }, "#"),
+          this.objectives.map((o) => h("th", { colspan: 2, class: "num group" }, o.name, h("span", { class: "dir" }, o.direction === "maximize" ? " ↑" : " ↓"))),
+          configKeys.map((k) => h("th", { class: "cfg" }, k))),
+        h("tr", { class: "subhead" }, h("th"), this.objectives.map(() => [h("th", { class: "num" }, "value"), h("th", { class: "num" }, "vs base")]),
+          configKeys.map(() => h("th")))),
+      h("tbody", null,
+        this.baseline ? line(this.baseline, "is-baseline") : null,
+        rows.filter((t) => !t.is_baseline).map((t) => line(t, "on-front")))));
+  }
+
+  follow() {
+    const states = { connecting: "connecting", live: "live", reconnecting: "reconnecting", ended: "finished", closed: "offline" };
+    follow(`/v1/studies/${this.id}/events`, {
+      signal: this.signal,
+      onState: (state) => {
+        this.live.lastChild.textContent = states[state] || state;
+        this.live.dataset.state = state;
+      },
+      onEvent: (type, data) => {
+        if (type === "trial") this.onTrial(data);
+        else if (type === "study") this.onStudy(data);
+        else if (type === "end") this.refetchFront();
+      },
+    }).catch((error) => toast(`Live updates stopped: ${error.message}`));
+  }
+
+  onTrial(t) {
+    const isNew = !this.trials.has(t.number);
+    this.trials.set(t.number, t);
+    if (t.state === "completed" && t.values) {
+      const i = this.pointIndex.get(t.number);
+      if (i === undefined) { this.pointIndex.set(t.number, this.points.length); this.points.push(t); } else this.points[i] = t;
+      this.scatter.set({ points: this.points });
+    }
+    if (this.streamed) this.table.update(t);
+    if (isNew && this.trials.size >= this.study.progress.created) this.caughtUp();
+    this.cloudCount.textContent = `${this.points.length.toLocaleString("en-US")} completed trials plotted`;
+  }
+
+  caughtUp() {
+    if (this.streamed) return;
+    this.streamed = true;
+    // Far-off configurations squeeze the front into a corner; unless the user chose, a log
+    // scale keeps both readable.
+    if (!this.logChosen && Scatter.wantsLog(this.points, [this.axes.x, this.axes.y])) {
+      this.logBox.checked = true;
+      this.scatter.set({ log: true });
+    }
+    this.root.querySelector("#study").dataset.cloud = "complete";
+  }
+
+  onStudy(s) {
+    const before = this.study;
+    this.applyStudy(s);
+    if (this.trials.size >= s.progress.created) this.caughtUp();
+    if (before.progress.completed !== s.progress.completed || before.front_size !== s.front_size
+        || before.hypervolume !== s.hypervolume) this.refetchFront();
+  }
+}
+
+function fmtConfig(value, base, isBaseline) {
+  const text = value === undefined ? "–" : String(value);
+  const changed = !isBaseline && base !== undefined && String(base) !== text;
+  return h("span", { class: changed ? "changed" : "same", title: changed ? `baseline: ${base}` : "" }, text);
+}
