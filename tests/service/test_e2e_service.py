@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import study_doc
-from fake_worker import register
+from fake_worker import register, run
 from helpers import (
     REPO,
     LiveService,
@@ -130,3 +130,30 @@ def test_redis_wakes_a_long_poll_on_another_replica(two_replicas_with_redis) -> 
         thread.join(25)
     assert outcome["status"] == 200
     assert outcome["at"] - created_at < 3.0, outcome  # woken by Redis, not by the 30 s database poll
+
+
+def test_a_restarted_service_resumes_the_study_from_the_database(tmp_path: Path) -> None:
+    """The sampler's state is rebuilt from the trials table: a new process picks up a
+    half-done NSGA-II study and finishes it with no trial lost or repeated."""
+    db_url = f"sqlite:///{tmp_path / 'paretune.db'}"
+    first = start_service(db_url, tmp_path)
+    try:
+        admin = first.client()
+        sid = admin.post("/v1/studies", json=study_doc(budget={"max_trials": 40})).json()["id"]
+        token = first.make_worker_token()
+        with httpx.Client(base_url=first.url, headers={"Authorization": f"Bearer {token}"}) as client:
+            assert run(client, register(client), max_results=17) == 17
+        admin_token = first.admin_token
+    finally:
+        first.stop()
+    second = start_service(db_url, tmp_path)
+    try:
+        with httpx.Client(base_url=second.url, headers={"Authorization": f"Bearer {token}"}) as client:
+            assert run(client, register(client)) == 23
+        admin = httpx.Client(base_url=second.url, headers={"Authorization": f"Bearer {admin_token}"})
+        study = admin.get(f"/v1/studies/{sid}").json()
+        assert study["state"] == "completed" and study["progress"]["completed"] == 40
+        numbers = sorted(t["number"] for t in _all(admin, sid))
+        assert numbers == list(range(40))
+    finally:
+        second.stop()
