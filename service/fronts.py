@@ -99,11 +99,11 @@ def _front_hypervolume(study: Study, front: dict[int, dict[str, Any]]) -> float 
 def _on_baseline(session: Session, study: Study, baseline: Trial) -> None:
     """The baseline completed: fill ratios and the hypervolume history of earlier trials."""
     study.baseline_values = dict(baseline.values or {})
-    rows = session.execute(
+    rows = list(session.execute(
         select(Trial)
         .where(Trial.study_id == study.id, Trial.state == "completed", Trial.completed_index.is_not(None))
         .order_by(Trial.completed_index)
-    ).scalars().all()
+    ).scalars())
     if baseline not in rows:
         rows.append(baseline)
     points, owners = [], []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 log = logging.getLogger("paretune.notify")
 PREFIX = "paretune:"
@@ -20,7 +21,7 @@ class Notifier:
         self.redis_url = redis_url
         self._loop: asyncio.AbstractEventLoop | None = None
         self._events: dict[str, asyncio.Event] = {}
-        self._sync_redis = None
+        self._sync_redis: Any = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -68,8 +68,8 @@ def resolve_sampler_name(name: str, n_objectives: int) -> str:
 
 def check_sampler_options(name: str, options: dict[str, Any]) -> None:
     """Refuse options the sampler does not take (field: sampler.options.<key>)."""
-    params = inspect.signature(SAMPLER_CLASSES[name].__init__).parameters
-    allowed = sorted(k for k in params if k not in RESERVED_OPTIONS | {"self"})
+    params = inspect.signature(SAMPLER_CLASSES[name]).parameters
+    allowed = sorted(k for k in params if k not in RESERVED_OPTIONS)
     for key, value in options.items():
         if key not in params or key in RESERVED_OPTIONS:
             raise sd.DocumentError(
@@ -101,7 +101,9 @@ def make_sampler(document: dict[str, Any]) -> optuna.samplers.BaseSampler:
 
 
 def _param_model(p: dict[str, Any]) -> Any:
-    models = {"int": sd.IntParam, "float": sd.FloatParam, "categorical": sd.CategoricalParam, "bool": sd.BoolParam}
+    models: dict[str, type[sd.StrictModel]] = {
+        "int": sd.IntParam, "float": sd.FloatParam, "categorical": sd.CategoricalParam, "bool": sd.BoolParam
+    }
     return models[p["type"]].model_validate(p)
 
 

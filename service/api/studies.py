@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Request
@@ -224,7 +224,7 @@ async def get_front(
     return await run_in_threadpool(load)
 
 
-def _front(session: Session, study: Study, front: list[Trial], baseline: Trial | None, points: int) -> FrontOut:
+def _front(session: Session, study: Study, front: Sequence[Trial], baseline: Trial | None, points: int) -> FrontOut:
     reference = {o["name"]: r for o, r in zip(study.objectives, study.reference_point, strict=True)}
     raw = None
     if study.baseline_values:
@@ -252,7 +252,7 @@ def _history(session: Session, study: Study, points: int) -> list[HistoryPoint]:
     if stride > 1:
         stmt = stmt.where(or_(Trial.completed_index % stride == 0, Trial.completed_index == total))
     rows = session.execute(stmt.order_by(Trial.completed_index)).all()
-    return [HistoryPoint(completed=r[0], hypervolume=r[1]) for r in rows]
+    return [HistoryPoint(completed=r[0], hypervolume=r[1]) for r in rows if r[0] is not None and r[1] is not None]
 
 
 @router.get("/{study_id}/events", response_class=StreamingResponse,
@@ -270,7 +270,7 @@ async def events(
             visible_study(session, principal, study_id)
 
     await run_in_threadpool(check)
-    cursor = after if after is not None else int(last_event_id) if (last_event_id or "").isdigit() else 0
+    cursor = after if after is not None else int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
     stream = _event_stream(state, request, study_id, cursor, follow == "true")
     return StreamingResponse(stream, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

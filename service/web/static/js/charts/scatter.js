@@ -244,36 +244,19 @@ export class Scatter {
   }
 
   drawStaircase(ctx, colors, plot, sx, sy) {
-    const { x, y, directions } = this.data;
+    const { x, y } = this.data;
     const steps = this.staircase();
-    if (!steps.length) return;
-    const worseX = directions[x] === "maximize" ? plot.l : plot.r;
-    const worseY = directions[y] === "maximize" ? plot.b : plot.t;
-    const pts = [];
+    if (steps.length < 2) return;
+    ctx.save();
+    ctx.beginPath();
     steps.forEach((t, i) => {
       const px = sx(val(t, x));
       const py = sy(val(t, y));
-      if (i > 0) pts.push([px, pts[pts.length - 1][1]]);
-      pts.push([px, py]);
+      if (i === 0) ctx.moveTo(px, py);
+      else { ctx.lineTo(px, sy(val(steps[i - 1], y))); ctx.lineTo(px, py); }
     });
-    const first = [pts[0][0], worseY];
-    const last = [worseX, pts[pts.length - 1][1]];
-    ctx.save();
-    ctx.beginPath();
-    ctx.moveTo(...first);
-    for (const p of pts) ctx.lineTo(...p);
-    ctx.lineTo(...last);
-    ctx.lineTo(worseX, worseY);
-    ctx.closePath();
-    ctx.fillStyle = colors.front;
-    ctx.globalAlpha = 0.045;
-    ctx.fill();
-    ctx.globalAlpha = 0.9;
-    ctx.beginPath();
-    ctx.moveTo(...first);
-    for (const p of pts) ctx.lineTo(...p);
-    ctx.lineTo(...last);
     ctx.strokeStyle = colors.front;
+    ctx.globalAlpha = 0.85;
     ctx.lineWidth = 1.6;
     ctx.stroke();
     ctx.restore();

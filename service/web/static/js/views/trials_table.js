@@ -25,7 +25,7 @@ export class TrialsTable {
     this.sort = "-number";
     this.filter = "all";
     this.frontOnly = false;
-    this.limit = 50;
+    this.limit = 25;
     this.cursors = [null];
     this.page = 0;
     this.items = [];
