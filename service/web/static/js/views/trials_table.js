@@ -52,7 +52,13 @@ export class TrialsTable {
     replace(this.tabs, FILTERS.map((f) => h("button", {
       class: ["seg-btn", f.key === this.filter && "active"], role: "tab", dataset: { filter: f.key },
       "aria-selected": String(f.key === this.filter),
-      onclick: () => { this.filter = f.key; this.drawTabs(); this.restart(); },
+      onclick: () => {
+        this.filter = f.key;
+        // Only completed trials have values to sort by; other states fall back to newest first.
+        if (!["all", "completed"].includes(f.key) && !/^-?number$/.test(this.sort)) this.sort = "-number";
+        this.drawTabs();
+        this.restart();
+      },
     }, f.label)));
   }
 
