@@ -1,0 +1,187 @@
+"""Exhaustive sweep of a built-in GPU kernel's space through the same backend harness the
+worker uses (compile, check on fresh random inputs, measure hot and cold), in one process.
+
+Configurations run in a shuffled order (fixed seed) so that slow drift in clocks or
+temperature does not line up with any parameter. Compiled artifacts come from the worker's
+artifact cache when present (same cache keys), else are compiled here. Afterwards, when a
+file names other configurations (e.g. a study's best), those and the sweep's best are
+measured head to head, interleaved, for a like-for-like comparison on this GPU.
+
+    python3 bench/gpu/sweep.py --kernel gemm_bf16 --cache DIR --out sweep.json \
+        [--deadline-s 400] [--versus FILE --versus-wait-s 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from workers.backends import get_backend  # noqa: E402
+from workers.backends.base import TrialFailure  # noqa: E402
+from workers.cache import ArtifactCache  # noqa: E402
+from workers.contract import FailureReason, KernelSpec, MeasureSettings  # noqa: E402
+from workers.kernels import get_builtin  # noqa: E402
+
+OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]
+
+
+def space_points(space: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    values = []
+    for param in space:
+        if param["type"] == "categorical":
+            values.append(param["choices"])
+        elif param["type"] == "bool":
+            values.append([False, True])
+        else:
+            raise ValueError(f"cannot sweep {param['type']} parameter {param['name']}")
+    names = [p["name"] for p in space]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+class Harness:
+    def __init__(
+        self,
+        backend_name: str,
+        builtin: str,
+        cache: ArtifactCache,
+        settings: MeasureSettings,
+        known_failures: dict[str, str] | None = None,
+    ) -> None:
+        self.known_failures = known_failures or {}
+        self.backend = get_backend(backend_name)
+        self.spec = KernelSpec(backend=backend_name, builtin=builtin)
+        self.cache = cache
+        self.settings = settings
+
+    def built(self, config: dict[str, Any]) -> tuple[Any, bool]:
+        key = self.backend.cache_key(self.spec, config)
+        if key in self.known_failures:  # the worker-side compile of this key already failed
+            raise TrialFailure(FailureReason.COMPILE_ERROR, self.known_failures[key])
+        hit = self.cache.lookup(key)
+        if hit is not None:
+            return hit, True
+        staging = self.cache.staging()
+        try:
+            built = self.backend.compile(self.spec, config, staging)
+        except BaseException:
+            self.cache.discard(staging)
+            raise
+        return self.cache.commit(key, built), False
+
+    def evaluate(self, config: dict[str, Any]) -> dict[str, Any]:
+        row: dict[str, Any] = {"config": config}
+        started = time.perf_counter()
+        try:
+            built, cached = self.built(config)
+            row["cached"] = cached
+            outcome = self.backend.check(self.spec, config, built)
+            row["correct"] = outcome.passed
+            row["rel_err"] = outcome.details.get("max_rel_l2_err")
+            if not outcome.passed:
+                row["status"] = "wrong_result"
+                return row
+            metrics, environment = self.backend.measure(self.spec, config, built, OBJECTIVES, self.settings)
+            row["status"] = "completed"
+            row["values"] = {k: m.value for k, m in metrics.items()}
+            row["ci"] = {k: [m.ci_low, m.ci_high] for k, m in metrics.items()}
+            hot = next(iter(environment.get("shapes", {}).values()), {}).get("hot", {})
+            row["sm_clock_mhz"] = hot.get("sm_clock_mhz")
+            row["throttle"] = hot.get("throttle_reasons")
+        except TrialFailure as failure:
+            row["status"] = failure.reason.value
+            row["message"] = failure.message[:300]
+        finally:
+            row["seconds"] = time.perf_counter() - started
+        return row
+
+
+def head_to_head(harness: Harness, configs: dict[str, dict[str, Any]], rounds: int) -> dict[str, Any]:
+    """Each configuration measured `rounds` times, interleaved A B A B ..."""
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+    for _ in range(rounds):
+        for name, config in configs.items():
+            row = harness.evaluate(config)
+            if row.get("status") == "completed":
+                results[name].append(row["values"])
+    summary: dict[str, Any] = {"rounds": rounds, "configs": configs, "values": results}
+    for name, values in results.items():
+        if values:
+            runtimes = sorted(v["runtime_ms"] for v in values)
+            summary.setdefault("median_runtime_ms", {})[name] = runtimes[len(runtimes) // 2]
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kernel", default="gemm_bf16")
+    parser.add_argument("--backend", default="triton")
+    parser.add_argument("--cache", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--deadline-s", type=float, default=400.0)
+    parser.add_argument("--hot-window-s", type=float, default=0.6)
+    parser.add_argument("--seed", type=int, default=20261129)
+    parser.add_argument("--versus", default=None)
+    parser.add_argument("--versus-wait-s", type=float, default=0.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--failures", default=None, help="JSON {cache_key: message}")
+    args = parser.parse_args()
+    started = time.monotonic()
+    deadline = started + args.deadline_s
+    builtin = get_builtin(args.backend, args.kernel)
+    assert builtin is not None
+    settings = MeasureSettings(
+        warmup_s=0.1, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=args.hot_window_s
+    )
+    failures = json.loads(Path(args.failures).read_text()) if args.failures else {}
+    harness = Harness(args.backend, args.kernel, ArtifactCache(Path(args.cache)), settings, failures)
+    points = space_points(builtin.space)
+    random.Random(args.seed).shuffle(points)
+    out = Path(args.out)
+    report: dict[str, Any] = {
+        "kernel": args.kernel,
+        "space_size": len(points),
+        "settings": settings.model_dump(),
+        "rows": [],
+    }
+    for index, config in enumerate(points):
+        if time.monotonic() > deadline:
+            report["stopped"] = f"deadline after {index} of {len(points)} configurations"
+            break
+        row = harness.evaluate(config)
+        report["rows"].append(row)
+        if index % 10 == 0:
+            out.write_text(json.dumps(report, default=str))
+            print(
+                f"sweep {index + 1}/{len(points)} {row.get('status')} {row.get('values', {}).get('runtime_ms')}",
+                flush=True,
+            )
+    done = [r for r in report["rows"] if r.get("status") == "completed"]
+    report["evaluations"] = len(report["rows"])
+    report["completed"] = len(done)
+    if done:
+        best = min(done, key=lambda r: r["values"]["runtime_ms"])
+        report["best"] = best
+        report["sweep_seconds"] = time.monotonic() - started
+        if args.versus:
+            versus = Path(args.versus)
+            wait_until = min(deadline + args.versus_wait_s, time.monotonic() + args.versus_wait_s)
+            while not versus.exists() and time.monotonic() < wait_until:
+                time.sleep(2)
+            if versus.exists():
+                others = json.loads(versus.read_text())
+                report["head_to_head"] = head_to_head(harness, {"sweep_best": best["config"], **others}, args.rounds)
+    out.write_text(json.dumps(report, default=str))
+    print(json.dumps({k: report.get(k) for k in ("evaluations", "completed", "stopped")}))
+
+
+if __name__ == "__main__":
+    main()
