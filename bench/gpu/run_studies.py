@@ -168,7 +168,7 @@ def compile_ahead(cache_dir: Path, gpu: int, processes: int, timeout_s: float = 
     failures: dict[str, str] = {}
     finished = 0
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        results = pool.imap_unordered(_compile_one, jobs, chunksize=2)
+        results = pool.imap_unordered(_compile_one, jobs)
         try:
             for _ in jobs:
                 key, message = results.next(timeout=timeout_s)
@@ -445,5 +445,15 @@ def summarize(result: dict[str, Any]) -> None:
 
 OUT = Path(".")
 
+
+def dump_logs_on_failure() -> None:
+    for path in sorted(Path("/tmp/paretune-gpu-run").glob("*.log")):
+        print(f"===== {path.name} =====\n{path.read_text(errors='replace')[-3000:]}", flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BaseException:
+        dump_logs_on_failure()
+        raise
