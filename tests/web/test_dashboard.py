@@ -80,7 +80,7 @@ def test_study_front_axes_and_opening_a_trial_from_the_chart(page: Any, dashboar
     page.select_option("#y-axis", "energy_mj")
     page.select_option("#color-by", "compile_s")
     page.wait_for_function("() => document.querySelector('#scatter canvas').dataset.x === 'runtime_ms'")
-    target = next(m for m in chart_marks(page) if not m.get("baseline"))
+    target = max((m for m in chart_marks(page) if not m.get("baseline")), key=lambda m: m["x"])
     box = canvas.bounding_box()
     page.mouse.move(box["x"] + target["x"], box["y"] + target["y"])
     tooltip = page.locator(".tooltip")

@@ -11,8 +11,9 @@ const HIT_PX = 9;
 const BUCKETS = 48;
 
 export class Scatter {
-  constructor(container, { onHover = () => {}, onClick = () => {}, onZoom = () => {}, height = 440 } = {}) {
+  constructor(container, { onHover = () => {}, onClick = () => {}, onZoom = () => {}, onDrawn = () => {}, height = 440 } = {}) {
     this.container = container;
+    this.onDrawn = onDrawn;
     this.onZoom = onZoom;
     this.onHover = onHover;
     this.onClick = onClick;
@@ -21,7 +22,7 @@ export class Scatter {
     this.canvas.className = "scatter-canvas";
     this.canvas.setAttribute("role", "img");
     container.append(this.canvas);
-    this.data = { points: [], front: [], baseline: null, x: null, y: null, color: null, directions: {}, log: false };
+    this.data = { points: [], front: [], baseline: null, x: null, y: null, color: null, directions: {}, log: false, fit: "front" };
     this.zoom = null;
     this.hovered = null;
     this.highlighted = null;
@@ -35,7 +36,8 @@ export class Scatter {
   /** points: completed trials; front: trials on the front; x, y, color: objective names. */
   set(data) {
     const axesChanged = (data.x !== undefined && (data.x !== this.data.x || data.y !== this.data.y))
-      || (data.log !== undefined && data.log !== this.data.log);
+      || (data.log !== undefined && data.log !== this.data.log)
+      || (data.fit !== undefined && data.fit !== this.data.fit);
     Object.assign(this.data, data);
     if (axesChanged && this.zoom) { this.zoom = null; this.onZoom(false); }
     this.draw();
@@ -66,44 +68,42 @@ export class Scatter {
     return { x: positive(x), y: positive(y) };
   }
 
-  /** The plotted range, in axis space (log10 of the value on a log axis). */
+  /**
+   * The plotted range, in axis space (log10 of the value on a log axis). With fit "front",
+   * the worst tenth of the trials on each axis may fall outside, so that a few far-off
+   * configurations do not squeeze the front into a corner; the front and baseline always fit.
+   */
   domain(logs) {
-    const { x, y, points, front, baseline } = this.data;
     if (this.zoom) return this.zoom;
-    const fx = logs.x ? Math.log10 : (v) => v;
-    const fy = logs.y ? Math.log10 : (v) => v;
-    let [x0, x1, y0, y1] = [Infinity, -Infinity, Infinity, -Infinity];
-    const take = (t) => {
-      const vx = fx(val(t, x));
-      const vy = fy(val(t, y));
-      if (!Number.isFinite(vx) || !Number.isFinite(vy)) return;
-      if (vx < x0) x0 = vx;
-      if (vx > x1) x1 = vx;
-      if (vy < y0) y0 = vy;
-      if (vy > y1) y1 = vy;
-    };
-    points.forEach(take);
-    front.forEach(take);
-    if (baseline) take(baseline);
-    if (!Number.isFinite(x0)) return { x0: 0, x1: 1, y0: 0, y1: 1 };
-    const px = (x1 - x0 || Math.abs(x0) || 1) * 0.05;
-    const py = (y1 - y0 || Math.abs(y0) || 1) * 0.06;
-    return { x0: x0 - px, x1: x1 + px, y0: y0 - py, y1: y1 + py };
+    const { x, y } = this.data;
+    const rx = this.axisRange(x, logs.x ? Math.log10 : (v) => v);
+    const ry = this.axisRange(y, logs.y ? Math.log10 : (v) => v);
+    if (!rx || !ry) return { x0: 0, x1: 1, y0: 0, y1: 1 };
+    const px = (rx[1] - rx[0] || Math.abs(rx[0]) || 1) * 0.05;
+    const py = (ry[1] - ry[0] || Math.abs(ry[0]) || 1) * 0.06;
+    return { x0: rx[0] - px, x1: rx[1] + px, y0: ry[0] - py, y1: ry[1] + py };
   }
 
-  /** Whether the values on an axis spread over so many multiples that a log scale reads better. */
-  static wantsLog(trials, keys) {
-    return keys.some((key) => {
-      let lo = Infinity;
-      let hi = -Infinity;
-      for (const t of trials) {
-        const v = val(t, key);
-        if (!(v > 0)) { if (Number.isFinite(v)) return false; continue; }
-        if (v < lo) lo = v;
-        if (v > hi) hi = v;
-      }
-      return key !== "#" && hi / lo > 8;
-    });
+  axisRange(key, f) {
+    const { points, front, baseline, directions, fit } = this.data;
+    const cloud = new Float64Array(points.length);
+    let n = 0;
+    for (const t of points) {
+      const v = f(val(t, key));
+      if (Number.isFinite(v)) cloud[n++] = v;
+    }
+    const sorted = cloud.subarray(0, n).sort();
+    let lo = n ? sorted[0] : Infinity;
+    let hi = n ? sorted[n - 1] : -Infinity;
+    if (fit === "front" && key !== "#" && n >= 20) {
+      if (directions[key] === "maximize") lo = sorted[Math.ceil(0.1 * (n - 1))];
+      else hi = sorted[Math.floor(0.9 * (n - 1))];
+    }
+    for (const t of [...front, ...(baseline ? [baseline] : [])]) {
+      const v = f(val(t, key));
+      if (Number.isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    }
+    return Number.isFinite(lo) ? [lo, hi] : null;
   }
 
   colorScale() {
@@ -271,11 +271,14 @@ export class Scatter {
     const xs = new Float32Array(n);
     const ys = new Float32Array(n);
     const trials = new Array(n);
+    const { plot } = this.scale;
     let k = 0;
+    this.outside = 0;
     for (const t of points) {
       if (!valid(t, x, y) || frontSet.has(t.number) || t.is_baseline) continue;
       const px = sx(val(t, x));
       const py = sy(val(t, y));
+      if (px < plot.l || px > plot.r || py < plot.t || py > plot.b) this.outside++;
       xs[k] = px; ys[k] = py; trials[k] = t; k++;
       let b = BUCKETS;
       if (scale) {
@@ -389,6 +392,8 @@ export class Scatter {
     c.setAttribute("aria-label",
       `Scatter of ${c.dataset.count} trials: ${this.data.x} against ${this.data.y}; ${this.frontScreen.length} on the front`);
     c.dataset.ready = "1";
+    this.onDrawn({ points: this.screen.trials.length, front: this.frontScreen.length, baseline: !!this.baselineScreen,
+      outside: this.outside });
   }
 
   /** The trial under a canvas position: front and baseline first, then the nearest point. */

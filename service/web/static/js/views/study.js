@@ -11,6 +11,8 @@ import { Scatter } from "../charts/scatter.js";
 import { can, card, errorBox, progressBar, ratioPill, spinner, stateBadge } from "../widgets.js";
 import { TrialsTable, valueCell } from "./trials_table.js";
 
+const FRONT_ROWS = 50; // more on request: a long front is read on the chart, not row by row
+
 const ACTIONS = {
   pause: { label: "Pause", when: ["running"], done: "paused" },
   resume: { label: "Resume", when: ["paused"], done: "resumed" },
@@ -39,6 +41,11 @@ class StudyPage {
 
   async start() {
     replace(this.root, spinner("Loading study"));
+    // Everything the first screen needs is asked for at once; the first page of the trials
+    // table (newest first) does not depend on the study's objectives.
+    const firstUrl = `/v1/studies/${this.id}/trials?sort=-number&limit=25`;
+    const firstPage = get(firstUrl, { signal: this.signal });
+    firstPage.catch(() => {});
     let study, front, me;
     try {
       [study, front, me] = await Promise.all([
@@ -60,9 +67,10 @@ class StudyPage {
     this.build();
     this.applyStudy(study);
     this.applyFront(front);
-    this.table.load();
     window.addEventListener("paretune:theme", this.onTheme);
-    this.follow();
+    await this.table.load(this.table.url() === firstUrl ? firstPage : null);
+    // Stream every trial only once the first screen is up: the cloud fills in behind it.
+    if (!this.signal.aborted) this.follow();
   }
 
   destroy() {
@@ -109,7 +117,7 @@ class StudyPage {
 
     this.hvChart = new StepChart(hvBox, { height: 170, xLabel: "completed trials" });
     this.table = new TrialsTable(trialsBox, {
-      studyId: this.id, objectives: this.objectives,
+      studyId: this.id, objectives: this.objectives, onDrawn: () => this.mark("table"),
       onOpen: (t) => this.open(t),
       onHover: (t) => this.scatter.highlight(t),
     });
@@ -129,10 +137,11 @@ class StudyPage {
       onchange: (e) => { this.axes[key] = e.target.value; this.axesChanged(); } },
     choices.map((n) => h("option", { value: n, selected: n === this.axes[key] }, n === "" ? "none" : label(n))));
     this.legend = h("div", { class: "legend" });
-    const logParam = this.query.get("log");
-    this.logChosen = logParam === "1" || logParam === "0";
-    this.logBox = h("input", { type: "checkbox", id: "log-scale", checked: logParam === "1",
-      onchange: () => { this.logChosen = true; this.axesChanged(); } });
+    this.logBox = h("input", { type: "checkbox", id: "log-scale", checked: this.query.get("log") === "1",
+      onchange: () => this.axesChanged() });
+    this.fitSelect = h("select", { id: "fit", "aria-label": "What the axes fit", onchange: () => this.axesChanged() },
+      h("option", { value: "front", selected: this.query.get("fit") !== "all" }, "around the front"),
+      h("option", { value: "all", selected: this.query.get("fit") === "all" }, "all trials"));
     this.resetZoom = h("button", { class: "btn btn-small", hidden: true, onclick: () => this.scatter.resetZoom() }, "Reset zoom");
     this.tooltip = h("div", { class: "tooltip", hidden: true });
     this.cloudCount = h("span", { class: "muted" });
@@ -141,6 +150,7 @@ class StudyPage {
       h("label", null, "X", select("x-axis", "x", axisChoices)),
       h("label", null, "Y", select("y-axis", "y", axisChoices)),
       h("label", null, "Colour", select("color-by", "color", ["", ...names, "#"])),
+      h("label", null, "Fit", this.fitSelect),
       h("label", { class: "check" }, this.logBox, "log scale"),
       h("div", { class: "spacer" }), this.resetZoom);
     const box = card("Trade-off", { cls: "scatter-card", actions: this.cloudCount }, controls, h("div", { class: "scatter-wrap" }, plot, this.tooltip), this.legend);
@@ -149,9 +159,14 @@ class StudyPage {
       onHover: (t, px, py) => this.showTooltip(t, px, py),
       onClick: (t) => this.open(t),
       onZoom: (zoomed) => { this.resetZoom.hidden = !zoomed; },
+      onDrawn: ({ front, baseline, outside }) => {
+        if (front || baseline) this.mark("front-drawn");
+        this.outside = outside;
+        this.drawCloudCount();
+      },
     });
     this.scatter.set({ x: this.axes.x, y: this.axes.y, color: this.axes.color || null, directions: this.directions,
-      log: this.logBox.checked });
+      log: this.logBox.checked, fit: this.fitSelect.value });
     this.drawLegend();
     return box;
   }
@@ -159,9 +174,11 @@ class StudyPage {
   axesChanged() {
     const q = new URLSearchParams(location.search);
     for (const k of ["x", "y", "color"]) q.set(k, this.axes[k]);
-    if (this.logChosen) q.set("log", this.logBox.checked ? "1" : "0");
+    q.set("fit", this.fitSelect.value);
+    q.set("log", this.logBox.checked ? "1" : "0");
     history.replaceState(null, "", `${location.pathname}?${q}`);
-    this.scatter.set({ x: this.axes.x, y: this.axes.y, color: this.axes.color || null, log: this.logBox.checked });
+    this.scatter.set({ x: this.axes.x, y: this.axes.y, color: this.axes.color || null, log: this.logBox.checked,
+      fit: this.fitSelect.value });
     this.drawLegend();
     this.drawFrontTable();
   }
@@ -199,13 +216,23 @@ class StudyPage {
       h("table", null, h("tbody", null, rows)),
       h("div", { class: "tip-config" }, config));
     tip.hidden = false;
+    // Above and to the right of the point where it fits: the front usually sits towards the
+    // lower left, and the tooltip should not hide the neighbours being compared.
     const wrap = tip.parentElement.getBoundingClientRect();
     const w = tip.offsetWidth;
     const hgt = tip.offsetHeight;
-    const left = px + 16 + w > wrap.width ? px - 16 - w : px + 16;
-    const top = Math.min(Math.max(4, py - hgt / 2), wrap.height - hgt - 4);
-    tip.style.left = `${Math.max(4, left)}px`;
-    tip.style.top = `${top}px`;
+    const left = px + 14 + w <= wrap.width ? px + 14 : px - 14 - w;
+    const top = py - 14 - hgt >= 0 ? py - 14 - hgt : Math.min(py + 14, wrap.height - hgt);
+    tip.style.left = `${Math.max(0, left)}px`;
+    tip.style.top = `${Math.max(0, top)}px`;
+  }
+
+  /** Performance marks (once per page) that benchmarks read: front-drawn, table, cloud. */
+  mark(name) {
+    this.marked = this.marked || new Set();
+    if (this.marked.has(name)) return;
+    this.marked.add(name);
+    performance.mark(`paretune:${name}`);
   }
 
   isFront(t) {
@@ -314,6 +341,12 @@ class StudyPage {
       ];
     }),
     configKeys.map((k) => h("td", { class: "cfg" }, fmtConfig(t.config?.[k], this.baseline?.config?.[k], t.is_baseline))));
+    const limit = this.showWholeFront ? rows.length : FRONT_ROWS;
+    const more = rows.length > limit
+      ? h("tr", { class: "more-row" }, h("td", { colspan: 1 + 2 * this.objectives.length + configKeys.length },
+        h("button", { class: "btn btn-small", id: "whole-front", onclick: () => { this.showWholeFront = true; this.drawFrontTable(); } },
+          `Show all ${rows.length} front trials`)))
+      : null;
     replace(this.frontBox, h("table", { class: "grid-table front-table", id: "front-table" },
       h("thead", null,
         h("tr", null, h("th", { class: "num" }, "#"),
@@ -323,7 +356,7 @@ class StudyPage {
           configKeys.map(() => h("th")))),
       h("tbody", null,
         this.baseline ? line(this.baseline, "is-baseline") : null,
-        rows.filter((t) => !t.is_baseline).map((t) => line(t, "on-front")))));
+        rows.filter((t) => !t.is_baseline).slice(0, limit).map((t) => line(t, "on-front")), more)));
   }
 
   follow() {
@@ -352,19 +385,19 @@ class StudyPage {
     }
     if (this.streamed) this.table.update(t);
     if (isNew && this.trials.size >= this.study.progress.created) this.caughtUp();
-    this.cloudCount.textContent = `${this.points.length.toLocaleString("en-US")} completed trials plotted`;
+  }
+
+  drawCloudCount() {
+    const n = this.points.length.toLocaleString("en-US");
+    const out = this.outside ? ` · ${this.outside.toLocaleString("en-US")} outside the view` : "";
+    this.cloudCount.textContent = `${n} completed trials${out}`;
   }
 
   caughtUp() {
     if (this.streamed) return;
     this.streamed = true;
-    // Far-off configurations squeeze the front into a corner; unless the user chose, a log
-    // scale keeps both readable.
-    if (!this.logChosen && Scatter.wantsLog(this.points, [this.axes.x, this.axes.y])) {
-      this.logBox.checked = true;
-      this.scatter.set({ log: true });
-    }
     this.root.querySelector("#study").dataset.cloud = "complete";
+    this.mark("cloud");
   }
 
   onStudy(s) {

@@ -17,7 +17,8 @@ const FILTERS = [
 const PAGE_SIZES = [25, 50, 100, 250];
 
 export class TrialsTable {
-  constructor(container, { studyId, objectives, onOpen, onHover = () => {} }) {
+  constructor(container, { studyId, objectives, onOpen, onHover = () => {}, onDrawn = () => {} }) {
+    this.onDrawn = onDrawn;
     this.studyId = studyId;
     this.objectives = objectives;
     this.onOpen = onOpen;
@@ -76,11 +77,16 @@ export class TrialsTable {
     });
   }
 
-  async load() {
-    const url = `/v1/studies/${this.studyId}/trials${this.params()}`;
+  /** The URL of the page on show; the study page fetches the first one early with it. */
+  url() {
+    return `/v1/studies/${this.studyId}/trials${this.params()}`;
+  }
+
+  async load(prefetched = null) {
+    const url = this.url();
     this.loading = url;
     try {
-      const data = await get(url);
+      const data = await (prefetched || get(url));
       if (this.loading !== url) return;
       this.items = data.items;
       this.nextCursor = data.next_cursor;
@@ -133,6 +139,7 @@ export class TrialsTable {
       : [h("tr", null, h("td", { colspan: 6 + this.objectives.length, class: "empty" },
         sortedBy !== "number" ? `No trial with a value for ${sortedBy} matches.` : "No trial matches."))];
     replace(this.tableBox, h("table", { class: "grid-table trials-table", id: "trials" }, h("thead", null, head), h("tbody", null, body)));
+    this.onDrawn();
   }
 
   row(t) {
