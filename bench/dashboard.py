@@ -30,7 +30,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "web")]
 
 from gemm_worker import GemmWorker, study_document  # noqa: E402
-from helpers import LiveService, start_service  # noqa: E402
+from helpers import (  # noqa: E402
+    LiveService,
+    create_postgres_database,
+    drop_postgres_database,
+    start_service,
+)
 from pages import CHROMIUM, CHROMIUM_ARGS, VIEWPORT  # noqa: E402
 
 MARKS = ("front-drawn", "table", "cloud")
@@ -104,14 +109,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5, help="page loads to time, each in a fresh context")
-    parser.add_argument("--db", default=None, help="database URL (default: a SQLite file kept under .paretune/)")
+    parser.add_argument("--db", default=None,
+                        help="database URL; 'postgres' for a fresh database on the test server, dropped after"
+                             " (default: a SQLite file kept under .paretune/ and reused)")
     parser.add_argument("--sampler", default="nsga2")
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args()
 
     workdir = REPO / ".paretune" / f"bench-dashboard-{args.trials}"
     workdir.mkdir(parents=True, exist_ok=True)
-    db = args.db or f"sqlite:///{workdir / 'paretune.db'}"
+    fresh_postgres = args.db == "postgres"
+    db = create_postgres_database() if fresh_postgres else args.db or f"sqlite:///{workdir / 'paretune.db'}"
     service = start_service(db, workdir)
     try:
         study_id, how = populate(service, args.trials, args.sampler)
@@ -126,6 +134,8 @@ def main() -> None:
                 browser.close()
     finally:
         service.stop()
+        if fresh_postgres:
+            drop_postgres_database(db)
 
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(f"machine: {machine()}")

@@ -42,7 +42,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
             worker.run(limit=29)
             running = _create(api, {**study_document("gemm-fp8-8192", 40, seed=9), "pool": "batch"})
             batch.run(limit=12)
-        yield Dashboard(service, member, viewer, worker, finished, live, running)
+        yield Dashboard(service, member, viewer, worker, batch, finished, live, running)
     finally:
         for w in workers:
             w.close()

@@ -26,6 +26,7 @@ class Dashboard:
     member: str
     viewer: str
     worker: GemmWorker  # serves pool "default"
+    batch_worker: GemmWorker  # serves pool "batch"
     finished: int  # a completed study with a front
     live: int  # one result short of its budget; its last trial is queued
     running: int  # stays running (pool "batch" has no worker after set-up)

@@ -13,7 +13,7 @@ export function num(value, digits = 4) {
   if (!Number.isFinite(value)) return value > 0 ? "∞" : "−∞";
   if (value === 0) return "0";
   const abs = Math.abs(value);
-  if (abs >= 1e6 || abs < 1e-4) return value.toExponential(digits - 1).replace("e+", "e");
+  if (abs >= 1e6 || abs < 1e-4) return Number(value.toPrecision(digits)).toExponential().replace("e+", "e");
   if (Number.isInteger(value) && abs < 1e6) return value.toLocaleString("en-US");
   const decimals = Math.max(0, digits - 1 - Math.floor(Math.log10(abs)));
   return value.toLocaleString("en-US", { minimumFractionDigits: 0, maximumFractionDigits: Math.min(decimals, 8) });

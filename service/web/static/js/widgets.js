@@ -24,7 +24,8 @@ export function progressBar(progress, { compact = false } = {}) {
       h("span", { class: "seg seg-cancelled", style: { width: pct(cancelled) } }),
       h("span", { class: "seg seg-flight", style: { width: pct(flight) } })),
     h("div", { class: "progress-label" },
-      h("span", { class: "num", dataset: { completed } }, `${done}`), h("span", { class: "muted" }, ` / ${max}`),
+      h("span", { class: "num", dataset: { completed } }, done.toLocaleString("en-US")),
+      h("span", { class: "muted" }, ` / ${max.toLocaleString("en-US")}`),
       !compact && failed ? h("span", { class: "muted" }, ` · ${failed} failed`) : null,
       flight ? h("span", { class: "muted" }, ` · ${flight} in flight`) : null));
 }

@@ -38,8 +38,9 @@ export class StepChart {
     root.setAttribute("viewBox", `0 0 ${width} ${height}`);
     const plot = { l: M.left, r: width - M.right, t: M.top, b: height - M.bottom };
     if (points.length < 1) {
-      root.append(svg("text", { x: width / 2, y: height / 2, class: "chart-empty", "text-anchor": "middle" },
-        "no hypervolume yet: it needs the baseline and one more completed trial"));
+      root.append(svg("text", { x: width / 2, y: height / 2 - 8, class: "chart-empty", "text-anchor": "middle" }, "No hypervolume yet"));
+      root.append(svg("text", { x: width / 2, y: height / 2 + 10, class: "chart-empty", "text-anchor": "middle" },
+        "it is measured against the completed baseline"));
       return;
     }
     const xs = points.map((p) => p.x);
@@ -96,7 +97,8 @@ export function intervalBar(metric, width = 220) {
   const lo = Math.min(...[s.min, metric.ci_low, metric.value].filter(Number.isFinite));
   const hi = Math.max(...[s.max, s.p99, metric.ci_high, metric.value].filter(Number.isFinite));
   const H = 22;
-  const root = svg("svg", { class: "interval-bar", width, height: H, viewBox: `0 0 ${width} ${H}` });
+  const root = svg("svg", { class: "interval-bar", width, height: H, viewBox: `0 0 ${width} ${H}` },
+    svg("title", null, "whiskers: min to max · box: confidence interval · line: value · dot: p99"));
   if (!(hi > lo)) return root;
   const pad = 6;
   const sx = (v) => pad + ((v - lo) / (hi - lo)) * (width - 2 * pad);

@@ -165,6 +165,14 @@ export class Scatter {
     this.drawBaseline(ctx, colors, sx, sy);
     this.drawMarks(ctx, colors, sx, sy);
     ctx.restore();
+    if (!this.screen.trials.length && !this.frontScreen.length && !this.baselineScreen) {
+      ctx.fillStyle = colors.muted;
+      ctx.font = `13px ${colors.sans}`;
+      ctx.textAlign = "center";
+      ctx.textBaseline = "middle";
+      ctx.fillText("No completed trials yet: points appear here as workers report them",
+        (plot.l + plot.r) / 2, (plot.t + plot.b) / 2);
+    }
     if (this.drag) this.drawDrag(ctx, colors);
     this.publish();
   }

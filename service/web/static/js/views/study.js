@@ -127,9 +127,11 @@ class StudyPage {
     const names = this.objectives.map((o) => o.name);
     const pick = (key, fallback, allowed) => (allowed.includes(this.query.get(key)) ? this.query.get(key) : fallback);
     const axisChoices = names.length > 1 ? names : [...names, "#"];
+    // One objective: plot it against the trial number, which draws its best-so-far staircase.
+    const [defaultX, defaultY] = names.length > 1 ? names : ["#", names[0]];
     this.axes = {
-      x: pick("x", axisChoices[0], axisChoices),
-      y: pick("y", axisChoices[1], axisChoices),
+      x: pick("x", defaultX, axisChoices),
+      y: pick("y", defaultY, axisChoices),
       color: pick("color", names[2] || "", [...names, "#", ""]),
     };
     const label = (n) => (n === "#" ? "trial number" : n);
@@ -309,9 +311,10 @@ class StudyPage {
 
   applyFront(front) {
     this.frontTrials = front.trials;
-    this.baseline = front.baseline;
+    // The baseline is a reference only once it has values (it may still be queued or running).
+    this.baseline = front.baseline && front.baseline.values ? front.baseline : null;
     this.hvChart.set(front.history.map((p) => ({ x: p.completed, y: p.hypervolume })));
-    this.scatter.set({ front: front.trials, baseline: front.baseline });
+    this.scatter.set({ front: front.trials, baseline: this.baseline });
     if (front.hypervolume !== null) this.study.hypervolume = front.hypervolume;
     this.drawFrontTable();
     this.root.querySelector("#study").dataset.front = "ready";

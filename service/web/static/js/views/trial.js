@@ -108,9 +108,8 @@ function metricCard(name, direction, metric, t, baseline, confidence) {
       ` · n = ${metric.n}`,
       Number.isFinite(base) && !t.is_baseline ? ` · baseline ${num(base, 5)}` : ""),
     intervalBar(metric, 260),
-    h("table", { class: "stats" }, h("tbody", null,
-      h("tr", null, STAT_ORDER.map((k) => h("th", null, k))),
-      h("tr", null, STAT_ORDER.map((k) => h("td", { class: "num" }, Number.isFinite(stats[k]) ? num(stats[k], 4) : "–"))))));
+    h("dl", { class: "stats" }, STAT_ORDER.map((k) => h("div", null,
+      h("dt", null, k), h("dd", { class: "num" }, Number.isFinite(stats[k]) ? num(stats[k], 4) : "–")))));
 }
 
 function configTable(t, baseline) {
