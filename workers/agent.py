@@ -34,9 +34,9 @@ from pathlib import Path
 from workers.backends import probe_backends
 from workers.cache import ArtifactCache, default_cache_dir
 from workers.client import ApiError, ControlPlaneClient, GaveUp, LeaseGone
-from workers.contract import Lease, LeaseRequest, RegisterRequest, TrialResult
+from workers.contract import FailureReason, Lease, LeaseRequest, RegisterRequest, TrialResult
 from workers.fingerprint import collect, usable_cpus
-from workers.sandbox import CompileStage, compile_trial, run_trial
+from workers.sandbox import CompileStage, compile_trial, failed, run_trial
 
 log = logging.getLogger("paretune.worker")
 
@@ -285,8 +285,12 @@ class Agent:
             return
         held.phase = "compile"
         lock = self.device_lock if self.compile_needs_device else contextlib.nullcontext()
-        with lock:
-            stage = compile_trial(held.lease.trial, self.cache, cpus=self.compile_cpus, cancel=held.cancel)
+        try:
+            with lock:
+                stage = compile_trial(held.lease.trial, self.cache, cpus=self.compile_cpus, cancel=held.cancel)
+        except Exception as exc:  # a bug or a full disk here must fail the trial, not the worker
+            log.exception("%s: the compile stage failed", held.label)
+            stage = CompileStage(failure=failed(FailureReason.ERROR, f"worker error while compiling: {exc}"))
         held.stage = stage
         held.phase = "compiled"
         if stage.failure is not None:
@@ -316,6 +320,9 @@ class Agent:
                 return
             try:
                 self._run_and_report(held)
+            except Exception as exc:  # report the trial failed rather than take the worker down
+                log.exception("%s: the worker failed running it", held.label)
+                self._post(held, failed(FailureReason.ERROR, f"worker error while running: {exc}"))
             finally:
                 with self.held_lock:
                     self.held.pop(held.lease.token, None)
@@ -368,24 +375,30 @@ class Agent:
 
     def _keeper_loop(self) -> None:
         while not self.done.wait(0.2):
-            now = time.monotonic()
-            if self.stop.is_set() and self.stop_seen_at is None:
-                self.stop_seen_at = now
-                log.info(
-                    "stopping: no new leases; draining held trials for up to %.0f s",
-                    self.config.drain_timeout_s,
-                )
-            if (
-                self.stop_seen_at is not None
-                and not self.abort.is_set()
-                and now - self.stop_seen_at > self.config.drain_timeout_s
-            ):
-                log.warning("drain timeout: killing held trials, their leases will expire")
-                self.request_abort("drain timeout")
-            with self.held_lock:
-                due = [h for h in self.held.values() if h.beating and not h.cancel.is_set() and now >= h.next_beat]
-            for held in due:
-                self._beat(held)
+            try:
+                self._keep()
+            except Exception:
+                log.exception("heartbeat loop error (continuing)")
+
+    def _keep(self) -> None:
+        now = time.monotonic()
+        if self.stop.is_set() and self.stop_seen_at is None:
+            self.stop_seen_at = now
+            log.info(
+                "stopping: no new leases; draining held trials for up to %.0f s",
+                self.config.drain_timeout_s,
+            )
+        if (
+            self.stop_seen_at is not None
+            and not self.abort.is_set()
+            and now - self.stop_seen_at > self.config.drain_timeout_s
+        ):
+            log.warning("drain timeout: killing held trials, their leases will expire")
+            self.request_abort("drain timeout")
+        with self.held_lock:
+            due = [h for h in self.held.values() if h.beating and not h.cancel.is_set() and now >= h.next_beat]
+        for held in due:
+            self._beat(held)
 
     def _beat(self, held: HeldLease) -> None:
         sent = time.monotonic()

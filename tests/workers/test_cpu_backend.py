@@ -166,3 +166,38 @@ def test_probe_and_fingerprint():
     assert fingerprint.cpu_count >= 1 and fingerprint.cpu_model
     assert fingerprint.compilers["cc"]
     assert fingerprint.energy == rapl.available()
+
+
+def test_stencil_regression_buffers_outlive_the_case(cache):
+    # the scratch grid was once referenced only through a raw pointer: numpy freed it and the
+    # kernel wrote into freed memory (SIGSEGV/SIGABRT in a later numpy call)
+    config = {**get_builtin("cpu", "stencil").default_config, "TILE_I": 28, "TILE_J": 1088}
+    kernel = KernelSpec(backend="cpu", builtin="stencil", workload=[WorkloadShape(dims={"n": 96, "m": 80, "steps": 3})])
+    result = execute_trial(make_spec(kernel, config), cache)
+    assert result.status == "completed", result.message + result.log
+
+
+@pytest.mark.parametrize("name", ["matmul", "stencil"])
+def test_every_pointer_argument_is_kept_alive(name):
+    import ctypes
+
+    import numpy as np
+
+    from workers.kernels.cpu.problems import get_problem
+
+    problem = get_problem(name)
+    dims = problem.shape(problem.edge_shapes()[0])
+    seen: list[int] = []
+
+    def fake(*args):
+        seen.extend(a.value for a in args if isinstance(a, ctypes.c_void_p))
+
+    class Recorder:
+        argtypes = restype = None
+
+        def __call__(self, *args):
+            fake(*args)
+
+    case = problem.case(Recorder(), dims, np.random.default_rng(0))
+    case.call()
+    assert sorted(seen) == sorted(b.ctypes.data for b in case.buffers)

@@ -25,6 +25,7 @@ class Case:
     reference: Callable[[], np.ndarray]  # float64 expected output
     flops: float
     nbytes: int  # bytes of input and output touched by one call
+    buffers: tuple[np.ndarray, ...] = ()  # every array the kernel sees: kept alive with the case
 
 
 class Problem(ABC):
@@ -83,6 +84,7 @@ class Matmul(Problem):
             reference=lambda: a.astype(np.float64) @ b.astype(np.float64),
             flops=2.0 * m * n * k,
             nbytes=a.nbytes + b.nbytes + c.nbytes,
+            buffers=(a, b, c),
         )
 
 
@@ -131,6 +133,7 @@ class Stencil(Problem):
             reference=lambda: stencil_reference(grid, steps),
             flops=6.0 * max(n - 2, 0) * max(m - 2, 0) * steps,
             nbytes=grid.nbytes + out.nbytes + scratch.nbytes,
+            buffers=(grid, out, scratch),  # ctypes holds raw pointers: without this, freed memory
         )
 
 
@@ -141,6 +144,4 @@ def get_problem(name: str) -> Problem:
     try:
         return PROBLEMS[name]
     except KeyError:
-        raise KeyError(
-            f"unknown cpu problem {name!r}; known: {', '.join(sorted(PROBLEMS))}"
-        ) from None
+        raise KeyError(f"unknown cpu problem {name!r}; known: {', '.join(sorted(PROBLEMS))}") from None
