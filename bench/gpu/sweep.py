@@ -132,6 +132,7 @@ def main() -> None:
     parser.add_argument("--versus", default=None)
     parser.add_argument("--versus-wait-s", type=float, default=0.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only-versus", action="store_true", help="no sweep: head to head of --versus configs")
     parser.add_argument("--failures", default=None, help="JSON {cache_key: message}")
     args = parser.parse_args()
     started = time.monotonic()
@@ -143,6 +144,16 @@ def main() -> None:
     )
     failures = json.loads(Path(args.failures).read_text()) if args.failures else {}
     harness = Harness(args.backend, args.kernel, ArtifactCache(Path(args.cache)), settings, failures)
+    if args.only_versus:
+        configs = json.loads(Path(args.versus).read_text())
+        result = {
+            "kernel": args.kernel,
+            "settings": settings.model_dump(),
+            "head_to_head": head_to_head(harness, configs, args.rounds),
+        }
+        Path(args.out).write_text(json.dumps(result, default=str))
+        print(json.dumps(result["head_to_head"].get("median_runtime_ms")))
+        return
     points = space_points(builtin.space)
     random.Random(args.seed).shuffle(points)
     out = Path(args.out)

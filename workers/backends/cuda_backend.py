@@ -97,9 +97,7 @@ def program_settings(config: dict[str, Any], acf_flags: list[str]) -> dict[str, 
     return {k: v for k, v in options.items() if v is not None}
 
 
-def variant_macros(
-    harness: ModuleType, dims: dict[str, int], config: dict[str, Any]
-) -> dict[str, str]:
+def variant_macros(harness: ModuleType, dims: dict[str, int], config: dict[str, Any]) -> dict[str, str]:
     _, params = split_config(config, PROGRAM_OPTIONS)
     try:
         shape_macros = harness.macros(dims, params)
@@ -123,13 +121,34 @@ def _arch(kernel: GpuKernel) -> str:
         return DEFAULT_ARCH
 
 
-class _TorchStream:
-    """torch's current stream (the capture stream inside graph capture), for cuda.core."""
+class _TorchStreams:
+    """cuda.core views of torch's current stream (the capture stream inside graph capture),
+    one per stream handle, so that kernels launch in torch's stream order."""
 
-    def __cuda_stream__(self) -> tuple[int, int]:
+    def __init__(self, core: ModuleType) -> None:
+        self._core = core
+        self._streams: dict[int, Any] = {}
+
+    def current(self) -> Any:
         import torch
 
-        return (0, int(torch.cuda.current_stream().cuda_stream))
+        handle = int(torch.cuda.current_stream().cuda_stream)
+        stream = self._streams.get(handle)
+        if stream is None:
+            try:
+                stream = self._core.Stream.from_handle(handle)
+            except Exception:  # older cuda.core: hand it the stream protocol instead
+                stream = _StreamProtocol(handle)
+            self._streams[handle] = stream
+        return stream
+
+
+class _StreamProtocol:
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
 
 
 class CudaBackend(Backend):
@@ -167,9 +186,7 @@ class CudaBackend(Backend):
             "entry": resolved.entry,
             "config": resolved.config,
             "harness": resolved.options.get("harness"),
-            "harness_source": hashlib.sha256(
-                str(resolved.options.get("harness_source", "")).encode()
-            ).hexdigest(),
+            "harness_source": hashlib.sha256(str(resolved.options.get("harness_source", "")).encode()).hexdigest(),
             "acf_files": resolved.options.get("acf_files", {}),
             "arch": resolved.options.get("arch"),
             "shapes": [w.dims for w in resolved.workload],
@@ -184,9 +201,7 @@ class CudaBackend(Backend):
     def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
         resolved = resolve(kernel, config, self.name)
         workdir.mkdir(parents=True, exist_ok=True)
-        flags = acf_ptxas_flags(
-            resolved.config.get("acf"), resolved.options, nvrtc_version(), workdir
-        )
+        flags = acf_ptxas_flags(resolved.config.get("acf"), resolved.options, nvrtc_version(), workdir)
         harness = load_harness(resolved, workdir / "src")
         require(harness, HARNESS)
         settings = program_settings(resolved.config, flags)
@@ -283,16 +298,14 @@ class CudaBackend(Backend):
         grid, block, shared = harness.launch_geometry(dims, params)
         launch_config = core.LaunchConfig(grid=grid, block=block, shmem_size=shared)
         args = harness.arguments(inputs, dims, params)
-        stream = _TorchStream()
+        streams = _TorchStreams(core)
 
         def launch() -> None:
-            core.launch(stream, launch_config, kernel_handle, *args)
+            core.launch(streams.current(), launch_config, kernel_handle, *args)
 
         return launch
 
-    def check(
-        self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel
-    ) -> CheckOutcome:
+    def check(self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel) -> CheckOutcome:
         import torch
 
         from workers.measure.gpu_check import check_once, new_seed, tolerance_for, verdict
@@ -311,9 +324,7 @@ class CudaBackend(Backend):
                 checks.append(
                     check_once(
                         key,
-                        lambda dims=dims, generator=generator: harness.make_inputs(
-                            dims, "cuda", generator
-                        ),
+                        lambda dims=dims, generator=generator: harness.make_inputs(dims, "cuda", generator),
                         harness.output,
                         run,
                         lambda inputs, dims=dims: harness.reference(inputs, dims),
@@ -342,11 +353,7 @@ class CudaBackend(Backend):
         from workers.measure.gpu_harness import ShapeLaunch, measure_workload
 
         resolved, harness, kernels = self._prepare(kernel, config, built)
-        settings = (
-            settings
-            if isinstance(settings, MeasureSettings)
-            else MeasureSettings.model_validate(settings or {})
-        )
+        settings = settings if isinstance(settings, MeasureSettings) else MeasureSettings.model_validate(settings or {})
         generator = torch.Generator(device="cuda").manual_seed(int(time.time_ns() % 2**31))
         shapes = []
         for shape in resolved.workload:
@@ -358,9 +365,7 @@ class CudaBackend(Backend):
         if hasattr(harness, "work") and "runtime_ms" in metrics:
             total = sum(w.weight for w in resolved.workload)
             nbytes = sum(harness.work(w.dims)["bytes"] * w.weight for w in resolved.workload)
-            environment["throughput"] = {
-                "tbps": nbytes / total / (metrics["runtime_ms"].value / 1000.0) / 1e12
-            }
+            environment["throughput"] = {"tbps": nbytes / total / (metrics["runtime_ms"].value / 1000.0) / 1e12}
         return metrics, environment
 
 
