@@ -35,7 +35,7 @@ class StudyPage {
     this.pointIndex = new Map();
     this.frontTrials = [];
     this.baseline = null;
-    this.refetchFront = throttle(() => this.loadFront(), 800);
+    this.refetchFront = throttle(() => this.loadFront(), 1500);
     this.onTheme = () => this.scatter && this.scatter.draw();
   }
 

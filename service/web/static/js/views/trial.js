@@ -19,18 +19,30 @@ export function trialView(root, { params, ctx }) {
   replace(root, spinner("Loading trial"));
   load(true);
 
+  let front = null;
+  let lastState = null;
+
+  // While the trial is queued or running, poll it; the front (which can be large) is read
+  // again only when the trial's state changes.
   async function load(first) {
-    let study, trial, front, me;
+    let study, trial, me;
     try {
-      [study, trial, front, me] = await Promise.all([
-        get(`/v1/studies/${studyId}`), get(`/v1/studies/${studyId}/trials/${number}`),
-        get(`/v1/studies/${studyId}/front?history_points=2`), ctx.me,
+      const frontUrl = `/v1/studies/${studyId}/front?history_points=2`;
+      let firstFront;
+      [study, trial, me, firstFront] = await Promise.all([
+        get(`/v1/studies/${studyId}`), get(`/v1/studies/${studyId}/trials/${number}`), ctx.me,
+        front ? null : get(frontUrl),
       ]);
+      if (firstFront) front = firstFront;
+      else if (trial.state !== lastState) front = await get(frontUrl);
     } catch (error) {
-      if (!stopped && first) replace(root, errorBox(error));
+      if (stopped) return;
+      if (first) replace(root, errorBox(error));
+      else timer = setTimeout(() => load(false), POLL_MS * 2);
       return;
     }
     if (stopped) return;
+    lastState = trial.state;
     ctx.setTitle(`Trial #${number} · ${study.name}`);
     ctx.setCrumbs([{ text: "Studies", href: "/ui/" }, { text: study.name, href: `/ui/studies/${studyId}` }, { text: `Trial #${number}` }]);
     render(root, { study, trial, front, me });
