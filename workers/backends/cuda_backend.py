@@ -320,16 +320,12 @@ class CudaBackend(Backend):
             def run(inputs: dict[str, Any], dims: dict[str, int] = dims, key: str = key) -> None:
                 self._launch(kernels[key], harness, resolved.config, dims, inputs)()
 
+            def reference(inputs: dict[str, Any], dims: dict[str, int] = dims) -> Any:
+                return harness.reference(inputs, dims)
+
+            make_inputs = functools.partial(harness.make_inputs, dims, "cuda", generator)
             try:
-                checks.append(
-                    check_once(
-                        key,
-                        lambda dims=dims, generator=generator: harness.make_inputs(dims, "cuda", generator),
-                        harness.output,
-                        run,
-                        lambda inputs, dims=dims: harness.reference(inputs, dims),
-                    )
-                )
+                checks.append(check_once(key, make_inputs, harness.output, run, reference))
             except Exception as exc:
                 raise TrialFailure(
                     FailureReason.COMPILE_ERROR if _is_launch_refusal(exc) else FailureReason.CRASH,

@@ -84,9 +84,7 @@ def compile_options(config: dict[str, Any], acf_flags: list[str]) -> dict[str, A
 def meta_parameters(kernel: GpuKernel, module: ModuleType | None, dims: dict[str, int]) -> dict:
     """The constexpr arguments of one launch: fixed, shape-dependent, then tuned (pure)."""
     _, tuned = split_config(kernel.config, COMPILE_OPTIONS)
-    shape_constants = (
-        module.constants(dims) if module is not None and hasattr(module, "constants") else {}
-    )
+    shape_constants = module.constants(dims) if module is not None and hasattr(module, "constants") else {}
     return {**kernel.options.get("constants", {}), **shape_constants, **tuned}
 
 
@@ -148,9 +146,7 @@ class TritonBackend(Backend):
     def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
         resolved = resolve(kernel, config, self.name)
         workdir.mkdir(parents=True, exist_ok=True)
-        flags = acf_ptxas_flags(
-            resolved.config.get("acf"), resolved.options, triton_ptxas()[1], workdir
-        )
+        flags = acf_ptxas_flags(resolved.config.get("acf"), resolved.options, triton_ptxas()[1], workdir)
         module = load_module(resolved.source, workdir / SOURCE_DIR, "kernel")
         require(module, HARNESS)
         jit = getattr(module, resolved.entry, None)
@@ -172,9 +168,7 @@ class TritonBackend(Backend):
             report["deferred"] = "no GPU visible at compile time: compiled at first launch"
         else:
             for shape in resolved.workload:
-                report["shapes"][shape_key(shape.dims)] = self._warm(
-                    jit, module, resolved, shape.dims, options
-                )
+                report["shapes"][shape_key(shape.dims)] = self._warm(jit, module, resolved, shape.dims, options)
         (workdir / REPORT_FILE).write_text(json.dumps(report, default=str))
         return CompiledKernel(directory=workdir, files={"report": REPORT_FILE}, report=report)
 
@@ -212,9 +206,7 @@ class TritonBackend(Backend):
         if not torch.cuda.is_available():
             raise TrialFailure(FailureReason.UNSUPPORTED, "no CUDA GPU visible")
         resolved = resolve(kernel, config, self.name)
-        flags = acf_ptxas_flags(
-            resolved.config.get("acf"), resolved.options, triton_ptxas()[1], built.directory
-        )
+        flags = acf_ptxas_flags(resolved.config.get("acf"), resolved.options, triton_ptxas()[1], built.directory)
         module = load_module(resolved.source, built.directory / SOURCE_DIR, "kernel")
         require(module, HARNESS)
         return (
@@ -242,9 +234,7 @@ class TritonBackend(Backend):
 
         return launch
 
-    def check(
-        self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel
-    ) -> CheckOutcome:
+    def check(self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel) -> CheckOutcome:
         import torch
 
         from workers.measure.gpu_check import check_once, new_seed, tolerance_for, verdict
@@ -257,23 +247,15 @@ class TritonBackend(Backend):
             generator = torch.Generator(device="cuda").manual_seed(seed + index)
             holder: dict[str, Any] = {}
 
-            def run(
-                inputs: dict[str, Any], dims: dict[str, int] = dims, holder: dict[str, Any] = holder
-            ) -> None:
+            def run(inputs: dict[str, Any], dims: dict[str, int] = dims, holder: dict[str, Any] = holder) -> None:
                 holder["kernel"] = self._launch(jit, module, resolved, dims, inputs, options)()
 
+            def reference(inputs: dict[str, Any], dims: dict[str, int] = dims) -> Any:
+                return module.reference(inputs, dims)
+
+            make_inputs = functools.partial(module.make_inputs, dims, "cuda", generator)
             try:
-                checks.append(
-                    check_once(
-                        key,
-                        lambda dims=dims, generator=generator: module.make_inputs(
-                            dims, "cuda", generator
-                        ),
-                        module.output,
-                        run,
-                        lambda inputs, dims=dims: module.reference(inputs, dims),
-                    )
-                )
+                checks.append(check_once(key, make_inputs, module.output, run, reference))
             except TrialFailure:
                 raise
             except Exception as exc:

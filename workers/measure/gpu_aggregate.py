@@ -47,9 +47,7 @@ class ShapeSamples:
     cold_ms: list[float] = field(default_factory=list)
 
 
-def weighted_quantile(
-    groups: Sequence[Sequence[float]], weights: Sequence[float], q: float
-) -> float:
+def weighted_quantile(groups: Sequence[Sequence[float] | np.ndarray], weights: Sequence[float], q: float) -> float:
     """The q-quantile (0..1) of a mixture: group g has total weight weights[g].
 
     The smallest sample whose cumulative weight reaches q of the total (the inverse of the
@@ -75,7 +73,7 @@ def weighted_quantile(
 
 
 def bootstrap_quantile_ci(
-    groups: Sequence[Sequence[float]],
+    groups: Sequence[Sequence[float] | np.ndarray],
     weights: Sequence[float],
     q: float,
     confidence: float = 0.95,
@@ -128,29 +126,24 @@ def _energy_metric(shape: ShapeSamples, confidence: float) -> Metric | None:
     }
     ci_low = ci_high = None
     if len(per_interval) >= 2:
-        stats.update(
-            {f"interval_{k}": v for k, v in summarize(per_interval, "mJ", confidence).stats.items()}
-        )
+        stats.update({f"interval_{k}": v for k, v in summarize(per_interval, "mJ", confidence).stats.items()})
         # The whole window is the estimate; its ~100 ms pieces are independent estimates of
         # the same quantity, so their standard error bounds the window's.
         z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
         half = z * float(np.std(per_interval, ddof=1)) / float(np.sqrt(len(per_interval)))
         ci_low, ci_high = value - half, value + half
-    return Metric(
-        value=value, unit="mJ", ci_low=ci_low, ci_high=ci_high, n=len(per_interval), stats=stats
-    )
+    return Metric(value=value, unit="mJ", ci_low=ci_low, ci_high=ci_high, n=len(per_interval), stats=stats)
 
 
-def _power_metric(
-    shapes: Sequence[ShapeSamples], weights: Sequence[float], confidence: float
-) -> Metric | None:
-    windows = [s.energy for s in shapes]
-    times = [s.hot_mean_ms for s in shapes]
-    if any(w is None for w in windows) or any(not t for t in times):
+def _power_metric(shapes: Sequence[ShapeSamples], weights: Sequence[float], confidence: float) -> Metric | None:
+    pairs = [(s.energy, s.hot_mean_ms) for s in shapes]
+    if any(window is None or not call_ms for window, call_ms in pairs):
         return None
-    energies = [energy_per_call_mj(w, t / 1000.0) for w, t in zip(windows, times, strict=True)]  # type: ignore[arg-type,operator]
-    value = _weighted_mean(energies, weights) / _weighted_mean(times, weights)  # type: ignore[arg-type]
-    interval = [p for w in windows for p in w.interval_power_w]  # type: ignore[union-attr]
+    windows = [window for window, _ in pairs if window is not None]
+    times = [float(call_ms or 0.0) for _, call_ms in pairs]
+    energies = [energy_per_call_mj(w, t / 1000.0) for w, t in zip(windows, times, strict=True)]
+    value = _weighted_mean(energies, weights) / _weighted_mean(times, weights)
+    interval = [p for w in windows for p in w.interval_power_w]
     ci_low = ci_high = None
     if len(interval) >= 2:
         z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
@@ -163,12 +156,10 @@ def _power_metric(
         ci_high=ci_high,
         n=len(interval),
         stats={"window_s": sum(w.seconds for w in windows)},
-    )  # type: ignore[union-attr]
+    )
 
 
-def _cold_metric(
-    shapes: Sequence[ShapeSamples], weights: Sequence[float], q: float, confidence: float
-) -> Metric:
+def _cold_metric(shapes: Sequence[ShapeSamples], weights: Sequence[float], q: float, confidence: float) -> Metric:
     groups = [s.cold_ms for s in shapes]
     value = weighted_quantile(groups, weights, q)
     low, high = bootstrap_quantile_ci(groups, weights, q, confidence)
