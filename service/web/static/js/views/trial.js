@@ -16,11 +16,10 @@ export function trialView(root, { params, ctx }) {
   const number = Number(params.number);
   let stopped = false;
   let timer = null;
-  replace(root, spinner("Loading trial"));
-  load(true);
-
   let front = null;
   let lastState = null;
+  replace(root, spinner("Loading trial"));
+  load(true);
 
   // While the trial is queued or running, poll it; the front (which can be large) is read
   // again only when the trial's state changes.
