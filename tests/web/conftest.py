@@ -3,6 +3,7 @@ real worker protocol, and Debian's Chromium driven by Playwright (no browser dow
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from pages import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, Dashboard
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
     if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is required in CI: apt-get install -y chromium")
         pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
     from playwright.sync_api import sync_playwright
 
