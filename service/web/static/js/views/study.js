@@ -36,7 +36,7 @@ class StudyPage {
     this.frontTrials = [];
     this.baseline = null;
     this.refetchFront = throttle(() => this.loadFront(), 1500);
-    this.onTheme = () => this.scatter && this.scatter.draw();
+    this.onTheme = () => { if (this.scatter) { this.scatter.draw(); this.drawLegend(); } };
   }
 
   async start() {
