@@ -94,6 +94,16 @@ def collect(probes: dict[str, dict[str, Any]]) -> Fingerprint:
         if probe.get("available"):
             compilers.update({k: str(v) for k, v in probe.get("compilers", {}).items()})
     available = sorted(name for name, probe in probes.items() if probe.get("available"))
+    extra: dict[str, Any] = {  # Fingerprint allows extra fields: kept with every trial
+        "usable_cpus": len(usable_cpus()),
+        "memory_gib": memory_gib(),
+        "machine": platform.machine(),
+        "energy_by_backend": {name: bool(probes[name].get("energy")) for name in available},
+        "unavailable_backends": {
+            name: str(probe.get("reason", "")) for name, probe in probes.items() if not probe.get("available")
+        },
+        **gpus(),
+    }
     return Fingerprint(
         hostname=socket.gethostname(),
         os=platform.platform(),
@@ -104,14 +114,5 @@ def collect(probes: dict[str, dict[str, Any]]) -> Fingerprint:
         backends=available,
         energy=any(probes[name].get("energy") for name in available),
         paretune=paretune_version(),
-        usable_cpus=len(usable_cpus()),
-        memory_gib=memory_gib(),
-        machine=platform.machine(),
-        energy_by_backend={name: bool(probes[name].get("energy")) for name in available},
-        unavailable_backends={
-            name: str(probe.get("reason", ""))
-            for name, probe in probes.items()
-            if not probe.get("available")
-        },
-        **gpus(),
+        **extra,
     )

@@ -133,46 +133,47 @@ void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
 
 
 def test_planted_failures_fail_only_their_trials(live_service, tmp_path):
+    """One study per planted behaviour (its baseline picks the behaviour), all served by one
+    worker, which must survive them all."""
     token = live_service.make_worker_token()
-    document = {
-        "name": "e2e: planted failures",
-        "kernel": {
-            "backend": "cpu",
-            "source": PLANTED_BY_MODE,
-            "entry": "matmul",
-            "workload": [{"dims": {"n": 48}}],
-            "options": {"problem": "matmul"},
-        },
-        "space": [{"name": "MODE", "type": "categorical", "choices": [0, 1, 2, 3, 4], "default": 0}],
-        "baseline": {"MODE": 0},
-        "objectives": ["runtime_ms"],
-        "sampler": {"name": "grid"},
-        "budget": {"max_trials": 6},
-        "parallelism": 2,
-        "measure": FAST_MEASURE,
-        "limits": {"compile_timeout_s": 60, "run_timeout_s": 3, "max_attempts": 1},
-    }
+    studies: dict[int, int] = {}
     with live_service.client() as client:
-        created = client.post("/v1/studies", json=document)
-        assert created.status_code == 201, created.text
-        study_id = created.json()["id"]
+        for mode in range(5):
+            document = {
+                "name": f"e2e: planted mode {mode}",
+                "kernel": {
+                    "backend": "cpu",
+                    "source": PLANTED_BY_MODE,
+                    "entry": "matmul",
+                    "workload": [{"dims": {"n": 48}}],
+                    "options": {"problem": "matmul"},
+                },
+                "space": [{"name": "MODE", "type": "categorical", "choices": [0, 1, 2, 3, 4]}],
+                "baseline": {"MODE": mode},
+                "objectives": ["runtime_ms"],
+                "sampler": {"name": "random", "seed": 1},
+                "budget": {"max_trials": 1},
+                "parallelism": 1,
+                "measure": FAST_MEASURE,
+                "limits": {"compile_timeout_s": 60, "run_timeout_s": 3, "max_attempts": 1},
+            }
+            created = client.post("/v1/studies", json=document)
+            assert created.status_code == 201, created.text
+            studies[mode] = created.json()["id"]
         worker = live_service.start_worker(token, "--cache-dir", str(tmp_path / "c"), name="one")
-        study = _wait_until_done(client, study_id, timeout=120)
-        trials = _all_trials(client, study_id)
-        details = {t["number"]: client.get(f"/v1/studies/{study_id}/trials/{t['number']}").json() for t in trials}
+        trials = {}
+        for mode, study_id in studies.items():
+            _wait_until_done(client, study_id, timeout=120)
+            (trial,) = _all_trials(client, study_id)
+            trials[mode] = client.get(f"/v1/studies/{study_id}/trials/{trial['number']}").json()
     assert worker.poll() is None  # the one worker survived every failure
-    assert study["state"] == "completed"
-    by_mode: dict[int, set[str | None]] = {}
-    for t in trials:
-        by_mode.setdefault(t["config"]["MODE"], set()).add(t["failure_reason"])
-    assert by_mode[0] == {None}
-    assert by_mode[1] == {"crash"}
-    assert by_mode[2] == {"timeout"}
-    assert by_mode[3] == {"wrong_result"}
-    assert by_mode[4] == {"compile_error"}
-    for t in trials:
-        if t["failure_reason"]:
-            assert details[t["number"]]["log"] or t["failure_reason"] == "timeout"
-            assert t["message"]
-    crash = next(t for t in trials if t["failure_reason"] == "crash")
-    assert "SIGSEGV" in crash["message"]
+    assert trials[0]["state"] == "completed" and trials[0]["failure_reason"] is None
+    expected = {1: "crash", 2: "timeout", 3: "wrong_result", 4: "compile_error"}
+    for mode, reason in expected.items():
+        trial = trials[mode]
+        assert (trial["state"], trial["failure_reason"]) == ("failed", reason), trial["message"]
+        assert trial["message"]
+        assert trial["log"] or reason == "timeout"
+    assert "SIGSEGV" in trials[1]["message"]
+    assert "run_timeout_s=3" in trials[2]["message"]
+    assert "error" in trials[4]["log"]

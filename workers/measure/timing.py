@@ -25,7 +25,7 @@ _FLUSH_MIN, _FLUSH_MAX = 8 << 20, 64 << 20
 
 def warm_up(call: Callable[[], None], warmup_s: float) -> float:
     """Call until `warmup_s` has passed (at least 3 calls); return the median call time."""
-    times = []
+    times: list[float] = []
     end = time.perf_counter() + warmup_s
     while len(times) < 3 or time.perf_counter() < end:
         start = time.perf_counter_ns()
@@ -39,9 +39,7 @@ def repetitions(budget_s: float, cost_s: float, settings: MeasureSettings) -> in
     return max(settings.min_repeats, min(settings.max_repeats, wanted))
 
 
-def hot_samples(
-    call: Callable[[], None], per_call_s: float, settings: MeasureSettings
-) -> list[float]:
+def hot_samples(call: Callable[[], None], per_call_s: float, settings: MeasureSettings) -> list[float]:
     """Seconds per call, each sample the mean over a back-to-back batch."""
     batch = max(1, math.ceil(MIN_BATCH_S / per_call_s))
     reps = repetitions(settings.target_s, per_call_s * batch, settings)

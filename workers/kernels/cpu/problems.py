@@ -11,6 +11,7 @@ import ctypes
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class Problem(ABC):
         """Small ragged shapes checked in addition to the workload (tile remainders)."""
 
     @abstractmethod
-    def case(self, fn: ctypes._CFuncPtr, dims: dict[str, int], rng: np.random.Generator) -> Case:
+    def case(self, fn: Any, dims: dict[str, int], rng: np.random.Generator) -> Case:
         """Fresh random inputs for `dims` bound to the kernel function `fn`."""
 
 
@@ -65,7 +66,7 @@ class Matmul(Problem):
     def edge_shapes(self) -> list[dict[str, int]]:
         return [{"m": 37, "n": 53, "k": 29}]
 
-    def case(self, fn: ctypes._CFuncPtr, dims: dict[str, int], rng: np.random.Generator) -> Case:
+    def case(self, fn: Any, dims: dict[str, int], rng: np.random.Generator) -> Case:
         m, n, k = dims["m"], dims["n"], dims["k"]
         a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
         b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
@@ -114,7 +115,7 @@ class Stencil(Problem):
     def edge_shapes(self) -> list[dict[str, int]]:
         return [{"n": 37, "m": 53, "steps": 3}]
 
-    def case(self, fn: ctypes._CFuncPtr, dims: dict[str, int], rng: np.random.Generator) -> Case:
+    def case(self, fn: Any, dims: dict[str, int], rng: np.random.Generator) -> Case:
         n, m, steps = dims["n"], dims["m"], dims["steps"]
         grid = rng.uniform(-1, 1, (n, m)).astype(np.float32)
         out = np.full((n, m), np.nan, dtype=np.float32)
