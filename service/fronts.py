@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.domain import pareto
+from service.store.db import next_seq
 from service.store.models import Study, Trial
 
 
@@ -77,10 +78,9 @@ def _update_front(session: Session, study: Study, trial: Trial, front: dict[int,
     """Add the trial to the front if nothing there dominates it; returns whether it joined."""
     members = [(key, minimised(values, study.objectives)) for key, values in front.items()]
     on_front, removed = pareto.update_front(members, trial.id, minimised(trial.values or {}, study.objectives))
-    if removed:
-        session.execute(update(Trial).where(Trial.id.in_(removed)).values(on_front=False))
-        for key in removed:
-            del front[key]
+    for key in removed:  # a new seq, so that event streams report them leaving the front
+        session.execute(update(Trial).where(Trial.id == key).values(on_front=False, seq=next_seq(session)))
+        del front[key]
     if on_front:
         front[trial.id] = dict(trial.values or {})
     trial.on_front = on_front

@@ -10,6 +10,9 @@ tell the same study at once; after a failed transaction the mirror is dropped an
 from __future__ import annotations
 
 import inspect
+import itertools
+import json
+import random
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -32,6 +35,14 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 CONSTRAINT_PREFIX = "constraints:"  # Optuna's system attribute for Trial.set_constraint
 FINISHED = {"completed", "failed", "cancelled"}
+MAX_REASKS = 20
+MAX_ENUMERATED = 100_000  # finite spaces up to this size are searched for unseen points
+
+
+class SpaceExhausted(Exception):
+    """Every point of a finite search space has been tried."""
+CONFIGURATION_FAILURES = {"compile_error", "wrong_result", "timeout", "crash", "error"}
+CONSTRAINT_SAMPLERS = {"nsga2", "nsga3", "tpe"}  # they rank infeasible trials by violation alone
 
 
 def distributions_for(space: list[dict[str, Any]]) -> dict[str, BaseDistribution]:
@@ -114,6 +125,16 @@ class Mirror:
         doc = study.document
         self.study_id = study.id
         self.objectives = [o["name"] for o in study.objectives]
+        self.directions = [o["direction"] for o in study.objectives]
+        self.failures_as_infeasible = doc["sampler"]["name"] in CONSTRAINT_SAMPLERS
+        self.seen: set[str] = set()  # configurations the study already has
+        self.refuse_repeats = doc["sampler"]["name"] != "grid"  # a grid never repeats itself
+        finite = sd.grid_size([_param_model(p) for p in doc["space"]])
+        self.grid = ({p["name"]: sd.grid_values(_param_model(p)) for p in doc["space"]}
+                     if finite is not None and finite <= MAX_ENUMERATED and
+                     all(p["type"] != "float" for p in doc["space"]) else None)
+        self.rng = random.Random(doc["sampler"].get("seed"))
+        self._worst: list[float] | None = None
         self.distributions = distributions_for(doc["space"])
         self.optuna = optuna.create_study(
             directions=[o["direction"] for o in study.objectives], sampler=make_sampler(doc)
@@ -137,10 +158,35 @@ class Mirror:
             self.watermark = max(self.watermark, row.seq)
 
     def ask(self) -> tuple[dict[str, Any], dict[str, Any], int]:
-        """A new configuration: (params, sampler state to keep with the row, optuna id)."""
-        trial = self.optuna.ask(self.distributions)
-        system_attrs = self.storage.get_trial_system_attrs(trial._trial_id)
+        """A new configuration: (params, sampler state to keep with the row, optuna id).
+
+        A configuration the study already has is asked again (up to MAX_REASKS times): in a
+        discrete space samplers propose repeats, and a repeat teaches nothing. The refused
+        proposal is told as failed, which every sampler ignores."""
+        for attempt in range(MAX_REASKS + 1):
+            trial = self.optuna.ask(self.distributions)
+            system_attrs = self.storage.get_trial_system_attrs(trial._trial_id)
+            key = config_key(trial.params)
+            repeat = key in self.seen and self.refuse_repeats and "fixed_params" not in system_attrs
+            if not repeat or (attempt >= MAX_REASKS - 1 and self.grid is None):
+                break  # new, or a space too large to enumerate: accept the repeat
+            self.optuna.tell(trial, state=TrialState.FAIL)
+            if attempt == MAX_REASKS - 1:
+                # the sampler keeps to what it has seen: hand it an unseen point of the finite space
+                unseen = self._unseen_point()
+                if unseen is None:
+                    raise SpaceExhausted("every configuration of the search space has been tried")
+                self.optuna.enqueue_trial(unseen)
+        self.seen.add(key)
         return dict(trial.params), _jsonable(system_attrs), trial._trial_id
+
+    def _unseen_point(self) -> dict[str, Any] | None:
+        if self.grid is None:
+            return None
+        names = list(self.grid)
+        unseen = [combo for combo in itertools.product(*self.grid.values())
+                  if config_key(dict(zip(names, combo, strict=True))) not in self.seen]
+        return dict(zip(names, self.rng.choice(unseen), strict=True)) if unseen else None
 
     def adopt(self, row: Trial, optuna_trial_id: int) -> None:
         """Remember that `row` is the trial this mirror just asked for."""
@@ -150,44 +196,53 @@ class Mirror:
 
     def _apply(self, row: Trial) -> None:
         finished = row.state in FINISHED
+        self.seen.add(config_key(row.config))
         if row.id not in self.ids:
+            state, values, constraints = self._told(row) if finished else (TrialState.RUNNING, None, {})
             frozen = optuna.trial.create_trial(
-                state=self._state_of(row) if finished else TrialState.RUNNING,
-                values=self._values_of(row) if row.state == "completed" else None,
-                params=row.config,
-                distributions=self.distributions,
-                system_attrs={**row.sampler_state, **self._constraint_attrs(row)},
+                state=state, values=values, params=row.config, distributions=self.distributions,
+                system_attrs={**row.sampler_state, **constraints},
             )
             self.ids[row.id] = self.storage.create_new_trial(self.optuna._study_id, template_trial=frozen)
             if not finished:
                 self.running.add(row.id)
         elif finished and row.id in self.running:
             trial_id = self.ids[row.id]
-            for key, value in self._constraint_attrs(row).items():
+            state, values, constraints = self._told(row)
+            for key, value in constraints.items():
                 self.storage.set_trial_system_attr(trial_id, key, value)
-            number = self.storage.get_trial_number_from_id(trial_id)
-            state = self._state_of(row)
-            values = self._values_of(row) if state == TrialState.COMPLETE else None
-            self.optuna.tell(number, values=values, state=state)
+            self.optuna.tell(self.storage.get_trial_number_from_id(trial_id), values=values, state=state)
             self.running.discard(row.id)
 
-    def _state_of(self, row: Trial) -> TrialState:
-        return TrialState.COMPLETE if row.state == "completed" and row.values else TrialState.FAIL
+    def _told(self, row: Trial) -> tuple[TrialState, list[float] | None, dict[str, float]]:
+        """What the sampler hears of a finished trial: (state, values, constraint values).
 
-    def _values_of(self, row: Trial) -> list[float]:
-        assert row.values is not None
-        return [float(row.values[name]) for name in self.objectives]
+        Samplers that handle constraints hear of a trial that failed because of its
+        configuration (compile error, wrong result, crash, timeout) as infeasible, so that
+        they learn to avoid its region; a failure that says nothing about the configuration
+        (lease expired, cancelled, unsupported) is a plain failure."""
+        constraints: dict[str, float] = {}
+        if row.state == "completed" and row.values:
+            values = [float(row.values[name]) for name in self.objectives]
+            self._worst = [max(w, v) if d == "minimize" else min(w, v)
+                           for w, v, d in zip(self._worst or values, values, self.directions, strict=True)]
+            if self.failures_as_infeasible:
+                constraints[f"{CONSTRAINT_PREFIX}failed"] = 0.0
+            for i, v in enumerate(row.constraint_values or []):
+                constraints[f"{CONSTRAINT_PREFIX}{i}"] = float(v)
+            return TrialState.COMPLETE, values, constraints
+        if self.failures_as_infeasible and row.failure_reason in CONFIGURATION_FAILURES:
+            constraints[f"{CONSTRAINT_PREFIX}failed"] = 1.0
+            # the values of an infeasible trial rank it nowhere; the worst seen keeps them plausible
+            return TrialState.COMPLETE, list(self._worst or [0.0] * len(self.objectives)), constraints
+        return TrialState.FAIL, None, constraints
 
-    def _constraint_attrs(self, row: Trial) -> dict[str, Any]:
-        """Constraint values (<= 0 is feasible) as Optuna keeps them for its samplers."""
-        if row.state != "completed" or not row.constraint_values:
-            return {}
-        return {f"{CONSTRAINT_PREFIX}{i}": float(v) for i, v in enumerate(row.constraint_values)}
+
+def config_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
 
 
 def _jsonable(attrs: dict[str, Any]) -> dict[str, Any]:
-    import json
-
     return json.loads(json.dumps(attrs, default=list))
 
 

@@ -158,7 +158,12 @@ def refill(session: Session, cache: scheduler.MirrorCache, study: Study) -> int:
         if want > 0:
             mirror = cache.get(session, study)
             for _ in range(want):
-                params, sampler_state, optuna_id = mirror.ask()
+                try:
+                    params, sampler_state, optuna_id = mirror.ask()
+                except scheduler.SpaceExhausted:
+                    study.max_trials = study.n_created  # nothing new is left to try
+                    study.finish_reason = "search space exhausted"
+                    break
                 trial = Trial(
                     study_id=study.id,
                     number=study.n_created,
@@ -192,7 +197,7 @@ def settle(session: Session, study: Study) -> None:
     elif past_wall_time(study):
         reason, state = "wall time limit reached", "completed"
     elif study.n_created >= study.max_trials and active_count(study) == 0:
-        reason, state = "budget spent", "completed"
+        reason, state = study.finish_reason or "budget spent", "completed"
     if reason is None:
         return
     _cancel_waiting(session, study)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -244,8 +245,46 @@ def test_events_stream_trial_changes(api: Api) -> None:
     text = api.client.get(f"/v1/studies/{study['id']}/events", params={"follow": "false"}, headers=api.admin).text
     trial_events = [block for block in text.split("\n\n") if block.startswith("event: trial")]
     assert len(trial_events) == 3  # each trial's latest state once
+    front_trials = api.client.get(f"/v1/studies/{study['id']}/front", headers=api.admin).json()["trials"]
+    front = {t["number"] for t in front_trials}
+    latest = {json.loads(b.split("data: ", 1)[1])["number"]: json.loads(b.split("data: ", 1)[1])["on_front"]
+              for b in trial_events}
+    assert {n for n, on in latest.items() if on} == front  # trials pushed off the front were re-sent
     assert "event: end" in text and '"state":"completed"' in text
     last_id = int(trial_events[-1].split("\n")[1].removeprefix("id: "))
     resumed = api.client.get(f"/v1/studies/{study['id']}/events", params={"follow": "false", "after": last_id},
                              headers=api.admin).text
     assert "event: trial" not in resumed
+
+
+def test_samplers_learn_from_failed_configurations(api: Api) -> None:
+    """A configuration that fails to compile is told to the sampler as infeasible, so TPE
+    stops proposing its region (it ignores plainly failed trials)."""
+    space = [{"name": "x", "type": "float", "low": 0.0, "high": 1.0, "default": 0.25},
+             {"name": "y", "type": "int", "low": 1, "high": 10, "default": 3}]
+    study = api.create_study(space=space, objectives=["f1"], sampler={"name": "tpe", "seed": 3},
+                             budget={"max_trials": 60, "max_failed_trials": 60}, parallelism=1)
+
+    def results(trial: dict) -> dict:
+        if trial["config"]["x"] > 0.5:
+            return {"status": "failed", "failure_reason": "compile_error", "message": "too much shared memory"}
+        return result_for(trial)
+
+    api.run_worker(api.worker(), results)
+    trials = all_trials(api, study["id"])
+    late_failures = sum(t["state"] == "failed" for t in trials[30:])
+    early_failures = sum(t["state"] == "failed" for t in trials[1:11])  # TPE's random start-up
+    assert early_failures >= 3
+    assert late_failures <= 4, [round(t["config"]["x"], 2) for t in trials[30:]]
+
+
+def test_repeated_proposals_are_refused(api: Api) -> None:
+    space = [{"name": "a", "type": "categorical", "choices": [1, 2, 3], "default": 1},
+             {"name": "b", "type": "categorical", "choices": ["p", "q", "r"], "default": "p"}]
+    study = api.create_study(space=space, objectives=["f1"], sampler={"name": "tpe", "seed": 1},
+                             budget={"max_trials": 30}, parallelism=1)
+    api.run_worker(api.worker(), lambda t: {"status": "completed", "metrics": {"f1": {"value": t["config"]["a"]}}})
+    configs = [(t["config"]["a"], t["config"]["b"]) for t in all_trials(api, study["id"])]
+    assert len(configs) == 9 and len(set(configs)) == 9  # the whole 3 x 3 space, each point once
+    done = api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()
+    assert done["state"] == "completed" and done["finish_reason"] == "search space exhausted"
