@@ -175,6 +175,13 @@ def table(runs: list[Run]) -> str:
             f"{run.completed} | {run.failed} | {run.span_s:.1f} | "
             f"{run.per_minute:.1f} | {ratio:.2f}x |"
         )
+    lines += ["", "| kernel | off: trials/min | on: trials/min | ratio on/off |", "|---|---|---|---|"]
+    for kernel in dict.fromkeys(r.kernel for r in runs):
+        off = [r.per_minute for r in runs if r.kernel == kernel and not r.prefetch]
+        on = [r.per_minute for r in runs if r.kernel == kernel and r.prefetch]
+        if off and on:
+            mean_off, mean_on = sum(off) / len(off), sum(on) / len(on)
+            lines.append(f"| {kernel} | {mean_off:.1f} | {mean_on:.1f} | {mean_on / mean_off:.2f}x |")
     return "\n".join(lines)
 
 

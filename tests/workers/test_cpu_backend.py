@@ -62,6 +62,12 @@ def test_builtin_defaults_are_inside_their_spaces(name):
     assert len(kernel.space) >= 6
 
 
+def test_space_defaults_are_the_baseline():
+    space = [{"name": "T", "type": "int", "low": 4, "high": 8, "step": 4, "default": 8}]
+    assert space_violations(space, {"T": 4}) == ["T: the space's default 8 is not the baseline 4"]
+    assert space_violations(space, {"T": 8}) == []
+
+
 def test_register_refuses_a_default_outside_the_space():
     bad = BuiltinKernel(
         name="bad",

@@ -148,7 +148,7 @@ def test_planted_failures_fail_only_their_trials(live_service, tmp_path):
                     "workload": [{"dims": {"n": 48}}],
                     "options": {"problem": "matmul"},
                 },
-                "space": [{"name": "MODE", "type": "categorical", "choices": [0, 1, 2, 3, 4]}],
+                "space": [{"name": "MODE", "type": "categorical", "choices": [0, 1, 2, 3, 4], "default": 0}],
                 "baseline": {"MODE": mode},
                 "objectives": ["runtime_ms"],
                 "sampler": {"name": "random", "seed": 1},

@@ -72,6 +72,11 @@ def _load_gpu_builtins() -> None:
         log.debug("no GPU built-in kernels: %s", exc)
 
 
+def with_defaults(space: list[dict[str, Any]], defaults: dict[str, Any]) -> list[dict[str, Any]]:
+    """The space with each parameter's `default` set to the baseline's value."""
+    return [{**param, "default": defaults[param["name"]]} if param["name"] in defaults else param for param in space]
+
+
 def space_violations(space: list[dict[str, Any]], config: dict[str, Any]) -> list[str]:
     """Why `config` is not a point of `space` (empty when it is)."""
     problems = []
@@ -102,6 +107,8 @@ def space_violations(space: list[dict[str, Any]], config: dict[str, Any]) -> lis
             ok = False
         if not ok:
             problems.append(f"{name}={value!r} is outside {param}")
+        elif "default" in param and param["default"] != value:
+            problems.append(f"{name}: the space's default {param['default']!r} is not the baseline {value!r}")
     return problems
 
 
@@ -120,19 +127,25 @@ _CPU_FLAGS_DEFAULT: dict[str, Any] = {
     "inline_limit": 600,
 }
 
+_MATMUL_DEFAULT = {**_CPU_FLAGS_DEFAULT, "TILE_M": 16, "TILE_N": 64, "TILE_K": 64}
+_STENCIL_DEFAULT = {**_CPU_FLAGS_DEFAULT, "TILE_I": 32, "TILE_J": 256}
+
 register(
     BuiltinKernel(
         name="matmul",
         backend="cpu",
         source_file="cpu/matmul.c",
         entry="matmul",
-        default_config={**_CPU_FLAGS_DEFAULT, "TILE_M": 16, "TILE_N": 64, "TILE_K": 64},
-        space=[
-            *_CPU_FLAGS_SPACE,
-            {"name": "TILE_M", "type": "int", "low": 4, "high": 128, "step": 4},
-            {"name": "TILE_N", "type": "int", "low": 16, "high": 512, "step": 16},
-            {"name": "TILE_K", "type": "int", "low": 16, "high": 512, "step": 16},
-        ],
+        default_config=_MATMUL_DEFAULT,
+        space=with_defaults(
+            [
+                *_CPU_FLAGS_SPACE,
+                {"name": "TILE_M", "type": "int", "low": 4, "high": 128, "step": 4},
+                {"name": "TILE_N", "type": "int", "low": 16, "high": 512, "step": 16},
+                {"name": "TILE_K", "type": "int", "low": 16, "high": 512, "step": 16},
+            ],
+            _MATMUL_DEFAULT,
+        ),
         workload=[{"dims": {"n": 256}, "weight": 1.0}],
         description=(
             "Tiled single-precision matrix multiply C = A @ B (row-major, i-k-j loop order). "
@@ -149,12 +162,15 @@ register(
         backend="cpu",
         source_file="cpu/stencil.c",
         entry="stencil",
-        default_config={**_CPU_FLAGS_DEFAULT, "TILE_I": 32, "TILE_J": 256},
-        space=[
-            *_CPU_FLAGS_SPACE,
-            {"name": "TILE_I", "type": "int", "low": 4, "high": 256, "step": 4},
-            {"name": "TILE_J", "type": "int", "low": 32, "high": 2048, "step": 32},
-        ],
+        default_config=_STENCIL_DEFAULT,
+        space=with_defaults(
+            [
+                *_CPU_FLAGS_SPACE,
+                {"name": "TILE_I", "type": "int", "low": 4, "high": 256, "step": 4},
+                {"name": "TILE_J", "type": "int", "low": 32, "high": 2048, "step": 32},
+            ],
+            _STENCIL_DEFAULT,
+        ),
         workload=[{"dims": {"n": 1024, "m": 1024, "steps": 4}, "weight": 1.0}],
         description=(
             "Tiled 2-D five-point Jacobi stencil (single precision, fixed boundary), "
