@@ -84,7 +84,7 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     normalised = doc.model_dump(mode="json")
     normalised.update(
         kernel=kernel.model_dump(mode="json"),
-        space=[p.model_dump(mode="json") for p in space],
+        space=[p.model_dump(mode="json", exclude_unset=True) for p in space],
         baseline=baseline,
         objectives=objectives,
         reference_point=reference,

@@ -288,3 +288,18 @@ def test_repeated_proposals_are_refused(api: Api) -> None:
     assert len(configs) == 9 and len(set(configs)) == 9  # the whole 3 x 3 space, each point once
     done = api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()
     assert done["state"] == "completed" and done["finish_reason"] == "search space exhausted"
+
+
+def test_parameters_without_defaults_take_the_documents_baseline(api: Api) -> None:
+    space = [{"name": "opt", "type": "categorical", "choices": ["-O2", "-O3"]},
+             {"name": "unroll", "type": "bool"},
+             {"name": "x", "type": "float", "low": 0.1, "high": 1.0, "log": True},
+             {"name": "y", "type": "int", "low": 1, "high": 64, "log": True}]
+    baseline = {"opt": "-O2", "unroll": False, "x": 0.5, "y": 3}
+    study = api.create_study(space=space, baseline=baseline, budget={"max_trials": 6})
+    api.run_worker(api.worker(), result_for)
+    trials = all_trials(api, study["id"])
+    assert trials[0]["config"] == baseline and len(trials) == 6
+    for t in trials:
+        assert t["config"]["opt"] in ("-O2", "-O3") and isinstance(t["config"]["unroll"], bool)
+        assert 0.1 <= t["config"]["x"] <= 1.0 and 1 <= t["config"]["y"] <= 64
