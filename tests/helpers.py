@@ -19,6 +19,19 @@ REPO = Path(__file__).resolve().parents[1]
 POSTGRES_ADMIN_URL = os.environ.get("PARETUNE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
+def wait_for(predicate: Any, timeout: float, what: str | Path) -> Any:
+    """Poll `predicate` until it returns something truthy; on time-out, fail naming `what`
+    (a log file's tail when given a path)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    detail = f"log:\n{what.read_text()[-4000:]}" if isinstance(what, Path) else what
+    raise AssertionError(f"timed out waiting: {detail}")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -7,11 +7,10 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
-from helpers import REPO, free_port
+from helpers import REPO, free_port, wait_for
 
 
 def test_up_tunes_the_builtin_matmul_beyond_the_noise(tmp_path: Path) -> None:
@@ -24,7 +23,7 @@ def test_up_tunes_the_builtin_matmul_beyond_the_noise(tmp_path: Path) -> None:
         stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True,  # noqa: SIM115
     )
     try:
-        token = _wait_for(lambda: re.search(r"admin token \(shown once\): (\S+)", log.read_text()), 90, log)
+        token = wait_for(lambda: re.search(r"admin token \(shown once\): (\S+)", log.read_text()), 90, log)
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
                               headers={"Authorization": f"Bearer {token.group(1)}"})
         assert f"http://127.0.0.1:{port}/ui/" in log.read_text()
@@ -33,7 +32,7 @@ def test_up_tunes_the_builtin_matmul_beyond_the_noise(tmp_path: Path) -> None:
             r = client.get("/v1/studies/1")
             return r.json() if r.status_code == 200 and r.json()["state"] == "completed" else None
 
-        study = _wait_for(finished, 300, log)
+        study = wait_for(finished, 300, log)
         assert study["progress"]["completed"] >= 12, study
         assert (tmp_path / "paretune.db").exists()  # the embedded default: SQLite in the data dir
 
@@ -49,7 +48,7 @@ def test_up_tunes_the_builtin_matmul_beyond_the_noise(tmp_path: Path) -> None:
             if runtime["ci_high"] < base["ci_low"]:
                 faster.append((trial["number"], runtime["value"] / base["value"]))
         assert faster, (base, [t["values"] for t in front["trials"]])
-        _wait_for(lambda: "study 1 completed: budget spent" in log.read_text(), 30, log)
+        wait_for(lambda: "study 1 completed: budget spent" in log.read_text(), 30, log)
         assert "Pareto front" in log.read_text()  # the watch view printed the front
     finally:
         os.killpg(proc.pid, signal.SIGINT)
@@ -59,12 +58,3 @@ def test_up_tunes_the_builtin_matmul_beyond_the_noise(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
-
-def _wait_for(predicate, timeout: float, log: Path):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out; log:\n{log.read_text()[-4000:]}")

@@ -21,6 +21,7 @@ from helpers import (
     drop_postgres_database,
     postgres_available,
     start_service,
+    wait_for,
 )
 from test_studies_api import brute_force_front
 
@@ -33,16 +34,6 @@ def spawn_fake_worker(service: LiveService, token: str, *extra: str) -> subproce
                             stderr=subprocess.STDOUT, start_new_session=True)
     service.children.append(proc)
     return proc
-
-
-def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_sixty_trials_survive_a_killed_worker(live_service: LiveService) -> None:
