@@ -96,7 +96,8 @@ def heartbeat(session: Session, token: str, worker: Worker, phase: str | None,
         trial.phase = phase[:32]
     worker.last_seen_at = now
     study = session.get(Study, trial.study_id)
-    cancel = study is None or study.state in ("cancelled", "paused", "failed")
+    # a paused study lets running trials finish; a cancelled or failed one wants them stopped
+    cancel = study is None or study.state in ("cancelled", "failed")
     return wire.HeartbeatResponse(expires_at=trial.lease_expires_at, cancel=cancel)
 
 

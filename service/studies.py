@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -15,7 +15,7 @@ from service.errors import Conflict, Invalid
 from service.store.db import lock_study, next_seq
 from service.store.models import Study, Trial, utcnow
 
-ACTIVE_STATES = ("queued", "paused", "running")
+SPACE = TypeAdapter(list[sd.Parameter])
 
 
 def _as_utc(moment: datetime) -> datetime:
@@ -66,10 +66,7 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
             raise sd.DocumentError("kernel.builtin", f"no built-in {kernel.backend} kernel named {kernel.builtin!r}")
         builtin_default = dict(builtin.default_config)
         if space is None:
-            space = sd.StudyDocument.model_validate(
-                {"name": "x", "kernel": {"backend": "python", "source": "m:f"}, "objectives": ["runtime_ms"],
-                 "space": builtin.space}
-            ).space
+            space = SPACE.validate_python(builtin.space)
         if not kernel.workload and builtin.workload:
             kernel = kernel.model_copy(update={"workload": builtin.workload})
     if space is None:

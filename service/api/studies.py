@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any, Literal
 
@@ -32,6 +32,7 @@ from service.store.models import Study, Trial
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
 
+KEEPALIVE_S = 15.0
 TRIAL_STATES = ("queued", "paused", "running", "completed", "failed", "cancelled")
 STUDY_STATES = ("running", "paused", "completed", "cancelled", "failed")
 
@@ -288,12 +289,13 @@ async def _event_stream(state: Any, request: Request, study_id: int, cursor: int
             return [trial_out(r) for r in rows], [r.seq for r in rows], StudyOut.of(study)
 
     last_study: str | None = None
+    last_sent = time.monotonic()
     yield "retry: 2000\n\n"
     while True:
         trials, seqs, study = await run_in_threadpool(changes, cursor)
         for trial, seq in zip(trials, seqs, strict=True):
             yield f"event: trial\nid: {seq}\ndata: {trial.model_dump_json()}\n\n"
-            cursor = seq
+            cursor, last_sent = seq, time.monotonic()
         summary = study.model_dump_json()
         if summary != last_study:
             yield f"event: study\ndata: {summary}\n\n"
@@ -305,8 +307,8 @@ async def _event_stream(state: Any, request: Request, study_id: int, cursor: int
             return
         if not follow or await request.is_disconnected():
             return
-        woke = await state.notifier.wait(f"study:{study_id}", 15.0 if state.settings.redis_url else
-                                         state.settings.poll_interval_s)
-        if not woke:
+        await state.notifier.wait(f"study:{study_id}", 15.0 if state.settings.redis_url else
+                                  state.settings.poll_interval_s)
+        if time.monotonic() - last_sent > KEEPALIVE_S:  # keeps proxies from closing an idle stream
             yield ": keep-alive\n\n"
-            await asyncio.sleep(0)
+            last_sent = time.monotonic()
