@@ -128,7 +128,7 @@ class HeartbeatRequest(BaseModel):
 
 class HeartbeatResponse(BaseModel):
     expires_at: datetime
-    cancel: bool = False  # the study was cancelled or paused: stop and hand the trial back
+    cancel: bool = False  # the study was cancelled: stop the trial and post nothing
 
 
 class Metric(BaseModel):
