@@ -212,6 +212,11 @@ def worker(
     prefetch: Annotated[bool, typer.Option(help="compile the next trial while this one measures")] = True,
     max_trials: int | None = None,
     backends: Annotated[str | None, typer.Option(help="comma-separated backends to offer")] = None,
+    warm: Annotated[bool | None, typer.Option(
+        "--warm/--no-warm", help="serve trials from long-lived sandbox processes (default: triton, cuda)")] = None,
+    gpu: Annotated[int | None, typer.Option(help="the one GPU to measure on (CUDA_VISIBLE_DEVICES)", min=0)] = None,
+    measure_cpus: Annotated[str | None, typer.Option(help="CPUs that measure, e.g. 16-19")] = None,
+    compile_cpus: Annotated[str | None, typer.Option(help="CPUs that compile, e.g. 20-31")] = None,
 ) -> None:
     """Run a worker agent: lease trials of a pool, compile, check, measure, report."""
     from workers.cli import worker as run_worker
@@ -219,7 +224,8 @@ def worker(
     if not token:
         _fail("no token: pass --token or set PARETUNE_TOKEN (a worker token: `paretune token create --worker`)")
     run_worker(server=server, token=token, pool=pool, name=name, cache_dir=cache_dir, prefetch=prefetch,
-               max_trials=max_trials, backends=backends)
+               max_trials=max_trials, backends=backends, warm=warm, gpu=gpu, measure_cpus=measure_cpus,
+               compile_cpus=compile_cpus)
 
 
 # --- studies -------------------------------------------------------------------------

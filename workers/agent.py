@@ -7,6 +7,8 @@ Threads:
   main     checks and measures one trial at a time in a sandbox process pinned to the
            measurement CPU (the device is never shared by two measurements, nor with a
            compile when the machine has a spare core), then posts the result;
+           with warm runners (the default for the GPU backends) that sandbox process
+           serves trial after trial and is replaced after any trial that fails;
   keeper   heartbeats every held lease with its phase; a 409 or cancel=true kills that
            trial's sandbox and drops it without a result.
 
@@ -31,12 +33,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers.backends import probe_backends
+from workers.backends import BackendUnavailable, get_backend, probe_backends
 from workers.cache import ArtifactCache, default_cache_dir
 from workers.client import ApiError, ControlPlaneClient, GaveUp, LeaseGone
 from workers.contract import FailureReason, Lease, LeaseRequest, RegisterRequest, TrialResult
 from workers.fingerprint import collect, usable_cpus
-from workers.sandbox import CompileStage, compile_trial, failed, run_trial
+from workers.runner import RunnerPool
+from workers.sandbox import CompileStage, child_env, compile_trial, failed, run_trial
 
 log = logging.getLogger("paretune.worker")
 
@@ -56,6 +59,9 @@ class AgentConfig:
     measure_cpus: list[int] | None = None  # default: the last usable CPU
     compile_cpus: list[int] | None = None  # default: the other usable CPUs
     cache_max_bytes: int = 2 << 30
+    warm_runner: bool | None = None  # None: as each backend prefers (triton, cuda: warm)
+    gpu: int | None = None  # the one GPU its sandboxes see (CUDA_VISIBLE_DEVICES)
+    runner_start_timeout_s: float = 180.0
 
 
 @dataclass
@@ -118,6 +124,25 @@ class Agent:
         self.register_request: RegisterRequest | None = None
         self.heartbeat_s, self.lease_s = 10.0, 60.0
         self.measure_cpus, self.compile_cpus, self.compile_needs_device = self._assign_cpus()
+        self.sandbox_env = {"CUDA_VISIBLE_DEVICES": str(config.gpu)} if config.gpu is not None else {}
+        self.runners = RunnerPool(
+            self.cache.root / "runners",
+            env_for=self._phase_env,
+            warm_for=self._warm_for,
+            start_timeout_s=config.runner_start_timeout_s,
+        )
+
+    def _phase_env(self, phase: str) -> dict[str, str]:
+        cpus = self.compile_cpus if phase == "compile" else self.measure_cpus
+        return child_env(cpus, self.sandbox_env)
+
+    def _warm_for(self, backend: str) -> bool:
+        if self.config.warm_runner is not None:
+            return self.config.warm_runner
+        try:
+            return bool(get_backend(backend).warm_by_default)
+        except BackendUnavailable:
+            return False
 
     def _assign_cpus(self) -> tuple[list[int] | None, list[int] | None, bool]:
         if not hasattr(os, "sched_setaffinity"):
@@ -148,6 +173,7 @@ class Agent:
             self.done.set()
             self.abort.set()  # nothing may outlive run(): kill any sandbox still running
             self._drop_all("the agent stopped")
+            self.runners.close()
             self.client.close()
             self.summary.elapsed_s = time.monotonic() - started
             s = self.summary
@@ -178,13 +204,13 @@ class Agent:
         if not usable:
             reasons = "; ".join(f"{n}: {p.get('reason', '')}" for n, p in probes.items())
             raise AgentError(f"no backend can run on this machine ({reasons})")
-        fingerprint = collect(probes)
+        fingerprint = collect(probes, gpu=self.config.gpu)
         name = self.config.name or f"{socket.gethostname()}-{os.getpid()}"
         self.register_request = RegisterRequest(name=name, pool=self.config.pool, fingerprint=fingerprint)
         self._send_registration()
         log.info(
             "registered as worker %d (%s) in pool %r at %s; backends %s; energy %s; "
-            "prefetch %s; measure CPUs %s, compile CPUs %s",
+            "prefetch %s; measure CPUs %s, compile CPUs %s; GPU %s; warm runners for %s",
             self.worker_id,
             name,
             self.config.pool,
@@ -194,6 +220,8 @@ class Agent:
             self.config.prefetch,
             self.measure_cpus,
             self.compile_cpus,
+            "all visible" if self.config.gpu is None else self.config.gpu,
+            ",".join(b for b in usable if self._warm_for(b)) or "none",
         )
 
     def _send_registration(self) -> None:
@@ -287,7 +315,14 @@ class Agent:
         lock = self.device_lock if self.compile_needs_device else contextlib.nullcontext()
         try:
             with lock:
-                stage = compile_trial(held.lease.trial, self.cache, cpus=self.compile_cpus, cancel=held.cancel)
+                stage = compile_trial(
+                    held.lease.trial,
+                    self.cache,
+                    cpus=self.compile_cpus,
+                    cancel=held.cancel,
+                    env=self.sandbox_env,
+                    runners=self.runners,
+                )
         except Exception as exc:  # a bug or a full disk here must fail the trial, not the worker
             log.exception("%s: the compile stage failed", held.label)
             stage = CompileStage(failure=failed(FailureReason.ERROR, f"worker error while compiling: {exc}"))
@@ -345,6 +380,8 @@ class Agent:
                     cpus=self.measure_cpus,
                     cancel=held.cancel,
                     on_phase=show,
+                    env=self.sandbox_env,
+                    runners=self.runners,
                 )
         if result is None or held.cancel.is_set():
             self.summary.abandoned += 1
@@ -495,6 +532,13 @@ def start_agent_process(config: AgentConfig, log_path: Path | None = None) -> su
         command += ["--max-trials", str(config.max_trials)]
     if config.backends:
         command += ["--backends", ",".join(config.backends)]
+    if config.warm_runner is not None:
+        command.append("--warm" if config.warm_runner else "--no-warm")
+    if config.gpu is not None:
+        command += ["--gpu", str(config.gpu)]
+    for option, cpus in (("--measure-cpus", config.measure_cpus), ("--compile-cpus", config.compile_cpus)):
+        if cpus:
+            command += [option, ",".join(map(str, cpus))]
     env = {**os.environ, "PARETUNE_WORKER_TOKEN": config.token}
     output = log_path.open("ab") if log_path else None
     return subprocess.Popen(

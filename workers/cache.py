@@ -30,7 +30,7 @@ def default_cache_dir() -> Path:
 
 class ArtifactCache:
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # sandboxes run in other working directories
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "staging").mkdir(exist_ok=True)
 

@@ -7,6 +7,7 @@ command, `python -m workers` runs it alone, and Python code may call it directly
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -24,6 +25,23 @@ def parse_backends(value: str | None) -> list[str] | None:
         return None
     names = [name.strip() for name in value.split(",") if name.strip()]
     return names or None
+
+
+def parse_cpus(value: str | None) -> list[int] | None:
+    """A CPU list as taskset and cgroups write it: "0-3,8,10-11"."""
+    if not value or not value.strip():
+        return None
+    cpus: list[int] = []
+    for part in value.split(","):
+        low, dash, high = part.strip().partition("-")
+        try:
+            first, last = int(low), int(high) if dash else int(low)
+        except ValueError:
+            raise typer.BadParameter(f"{value!r} is not a CPU list such as 0-3,8") from None
+        if last < first:
+            raise typer.BadParameter(f"{part!r}: the range runs backwards")
+        cpus += [c for c in range(first, last + 1) if c not in cpus]
+    return cpus
 
 
 def configure_logging(level: int = logging.INFO) -> None:
@@ -62,12 +80,33 @@ def worker(
         str | None,
         typer.Option(help="Comma-separated backends to offer (default: every available one)"),
     ] = None,
+    warm: Annotated[
+        bool | None,
+        typer.Option(
+            "--warm/--no-warm",
+            help="Serve trials from long-lived sandbox processes (default: for triton and cuda)",
+        ),
+    ] = None,
+    gpu: Annotated[
+        int | None,
+        typer.Option(help="The one GPU to measure on (sets CUDA_VISIBLE_DEVICES for its trials)", min=0),
+    ] = None,
+    measure_cpus: Annotated[
+        str | None, typer.Option(help="CPUs that measure, e.g. 16-19 (default: the last usable one)")
+    ] = None,
+    compile_cpus: Annotated[
+        str | None, typer.Option(help="CPUs that compile, e.g. 20-31 (default: the other usable ones)")
+    ] = None,
 ) -> None:
     """Run a worker agent: lease trials, compile, check and measure them, report results.
 
     SIGTERM or Ctrl-C: stop leasing and finish the held trials (up to 30 s); a second
-    signal kills them and exits at once (their leases expire and are re-queued)."""
+    signal kills them and exits at once (their leases expire and are re-queued).
+    Several agents on one host: give each its own --gpu and disjoint --measure-cpus and
+    --compile-cpus."""
     configure_logging()
+    if gpu is not None:  # the backends' probes in this process see that GPU alone too
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     config = AgentConfig(
         server=server,
         token=token,
@@ -77,6 +116,10 @@ def worker(
         prefetch=prefetch,
         max_trials=max_trials,
         backends=parse_backends(backends),
+        warm_runner=warm,
+        gpu=gpu,
+        measure_cpus=parse_cpus(measure_cpus),
+        compile_cpus=parse_cpus(compile_cpus),
     )
     agent = Agent(config)
     restore = _install_signal_handlers(agent)

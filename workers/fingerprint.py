@@ -77,6 +77,19 @@ def gpus() -> dict[str, Any]:
     return info
 
 
+def gpu_identity(index: int) -> dict[str, Any]:
+    """Which physical GPU a worker pinned to GPU `index` measures on (nvidia-smi's and
+    NVML's numbering, which CUDA_VISIBLE_DEVICES does not change)."""
+    listing = _run(
+        ["nvidia-smi", "-i", str(index), "--query-gpu=index,name,uuid,pci.bus_id", "--format=csv,noheader"]
+    )
+    fields = [f.strip() for f in listing.strip().split(",")] if listing.strip() else []
+    info: dict[str, Any] = {"gpu_index": index}
+    if len(fields) >= 4:
+        info.update(gpu_name=fields[1], gpu_uuid=fields[2], gpu_pci_bus=fields[3])
+    return info
+
+
 def paretune_version() -> str:
     try:
         return metadata.version("paretune")
@@ -84,8 +97,9 @@ def paretune_version() -> str:
         return "0+unknown"
 
 
-def collect(probes: dict[str, dict[str, Any]]) -> Fingerprint:
-    """The fingerprint of this machine given the backends' probe() results."""
+def collect(probes: dict[str, dict[str, Any]], gpu: int | None = None) -> Fingerprint:
+    """The fingerprint of this machine given the backends' probe() results; `gpu` is the
+    one GPU the worker is pinned to, if any."""
     compilers: dict[str, str] = {}
     cc = cc_version()
     if cc:
@@ -103,6 +117,7 @@ def collect(probes: dict[str, dict[str, Any]]) -> Fingerprint:
             name: str(probe.get("reason", "")) for name, probe in probes.items() if not probe.get("available")
         },
         **gpus(),
+        **(gpu_identity(gpu) if gpu is not None else {}),
     }
     return Fingerprint(
         hostname=socket.gethostname(),

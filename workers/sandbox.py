@@ -33,6 +33,7 @@ from workers.backends import BackendUnavailable, get_backend, needs_compile
 from workers.backends.base import CompiledKernel, TrialFailure
 from workers.cache import ArtifactCache
 from workers.contract import FailureReason, Metric, TrialResult, TrialSpec
+from workers.runner import RunnerPool, WarmRunner
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class PhaseOutcome:
     log: str = ""
     wall_s: float = 0.0
     abandoned: bool = False
+    sandbox: dict[str, Any] = field(default_factory=dict)  # the process that ran it
 
 
 def tail(text: str, limit: int = LOG_EXCERPT_BYTES) -> str:
@@ -72,12 +74,16 @@ def _read_tail(path: Path, limit: int = LOG_EXCERPT_BYTES) -> str:
     return ("[...]\n" + text) if size > limit else text
 
 
-def _child_env(cpus: list[int] | None) -> dict[str, str]:
-    env = dict(os.environ)
+def child_env(cpus: list[int] | None, overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a sandbox process: this one's, plus `overrides` (e.g. the GPU
+    it may see), the package on its path, and thread pools sized to its CPUs."""
+    env = {**os.environ, **(overrides or {})}
     paths = [_PACKAGE_ROOT, os.getcwd(), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["PARETUNE_AGENT_PID"] = str(os.getpid())
+    if cpus:
+        env["PARETUNE_SANDBOX_CPUS"] = ",".join(map(str, cpus))
     threads = str(len(cpus)) if cpus else env.get("OMP_NUM_THREADS", "")
     if threads:  # BLAS thread pools sized to the CPUs the phase may use
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -100,24 +106,60 @@ def run_phase(
     cancel: threading.Event | None = None,
     on_phase: Callable[[str], None] | None = None,
     extra: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    runners: RunnerPool | None = None,
 ) -> PhaseOutcome:
-    """Run one phase in a fresh sandbox process and classify how it ended."""
+    """Run one phase in a sandbox process (a warm runner from `runners` when the backend
+    uses one, else a fresh process) and classify how it ended."""
     job = {"phase": phase, "trial": spec.model_dump(mode="json"), "cpus": cpus, **(extra or {})}
     (jobdir / "job.json").write_text(json.dumps(job, default=str))
+    runner = runners.get(phase, spec.kernel.backend) if runners is not None else None
+    if runner is None:
+        outcome = _run_fresh(phase, jobdir, timeout_s, cpus, cancel, on_phase, env)
+        outcome.sandbox = {"warm": False}
+        return outcome
+    assert runners is not None
+    return _run_warm(runners, runner, phase, jobdir, timeout_s, cancel, on_phase)
+
+
+def _progress(jobdir: Path, on_phase: Callable[[str], None] | None) -> Callable[[], None] | None:
+    """A poll callback that tells `on_phase` when the sandbox reports a new phase."""
+    if on_phase is None:
+        return None
+    seen = {"phase": ""}
+
+    def poll() -> None:
+        current = _read_phase(jobdir)
+        if current and current != seen["phase"]:
+            seen["phase"] = current
+            on_phase(current)
+
+    return poll
+
+
+def _run_fresh(
+    phase: str,
+    jobdir: Path,
+    timeout_s: float,
+    cpus: list[int] | None,
+    cancel: threading.Event | None,
+    on_phase: Callable[[str], None] | None,
+    env: dict[str, str] | None,
+) -> PhaseOutcome:
     output_path = jobdir / f"{phase}.log"
     started = time.monotonic()
     with output_path.open("wb") as output:
         proc = subprocess.Popen(
             [sys.executable, "-m", "workers.sandbox_child", str(jobdir)],
             cwd=jobdir,
-            env=_child_env(cpus),
+            env=child_env(cpus, env),
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     timed_out = abandoned = False
-    seen_phase = ""
+    progress = _progress(jobdir, on_phase)
     while proc.poll() is None:
         if cancel is not None and cancel.is_set():
             abandoned = True
@@ -125,11 +167,8 @@ def run_phase(
         if time.monotonic() - started > timeout_s:
             timed_out = True
             break
-        if on_phase is not None:
-            current = _read_phase(jobdir)
-            if current and current != seen_phase:
-                seen_phase = current
-                on_phase(current)
+        if progress is not None:
+            progress()
         time.sleep(_POLL_S)
     _kill_group(proc.pid)  # the process on a timeout; strays it left behind otherwise
     returncode = proc.wait()
@@ -138,15 +177,58 @@ def run_phase(
     if abandoned:
         return PhaseOutcome(False, abandoned=True, message="abandoned", wall_s=wall_s)
     if timed_out:
-        limit = "compile_timeout_s" if phase == "compile" else "run_timeout_s"
-        return PhaseOutcome(
-            False,
-            reason=FailureReason.TIMEOUT,
-            wall_s=wall_s,
-            log=output_tail,
-            message=f"{phase} did not finish within {limit}={timeout_s:g} s; its process group was killed",
-        )
+        return _timed_out(phase, timeout_s, wall_s, output_tail)
     return _classify(phase, jobdir, returncode, output_tail, wall_s)
+
+
+def _timed_out(phase: str, timeout_s: float, wall_s: float, output_tail: str) -> PhaseOutcome:
+    limit = "compile_timeout_s" if phase == "compile" else "run_timeout_s"
+    return PhaseOutcome(
+        False,
+        reason=FailureReason.TIMEOUT,
+        wall_s=wall_s,
+        log=output_tail,
+        message=f"{phase} did not finish within {limit}={timeout_s:g} s; its process group was killed",
+    )
+
+
+def _run_warm(
+    runners: RunnerPool,
+    runner: WarmRunner,
+    phase: str,
+    jobdir: Path,
+    timeout_s: float,
+    cancel: threading.Event | None,
+    on_phase: Callable[[str], None] | None,
+) -> PhaseOutcome:
+    served = runner.serve(jobdir, timeout_s, cancel, _progress(jobdir, on_phase))
+    sandbox = {**runner.describe(), "start_wait_s": served.wait_s}
+    if served.abandoned:
+        outcome = PhaseOutcome(False, abandoned=True, message="abandoned", wall_s=served.wall_s)
+    elif served.start_failed:
+        outcome = PhaseOutcome(
+            False,
+            reason=FailureReason.CRASH,
+            message=served.start_failed,
+            log=served.output_tail,
+            wall_s=served.wall_s,
+        )
+    elif served.timed_out:
+        outcome = _timed_out(phase, timeout_s, served.wall_s, served.output_tail)
+    else:
+        returncode = 0 if served.returncode is None else served.returncode
+        outcome = _classify(phase, jobdir, returncode, served.output_tail, served.wall_s)
+    # A runner serves on only after a clean trial; in the compile phase a compile error
+    # reported by the compiler is clean too (nothing ran on the device).
+    clean = served.returncode is None and (
+        outcome.ok
+        or served.abandoned  # cancelled before its job was sent: the runner is untouched
+        or (phase == "compile" and outcome.reason == FailureReason.COMPILE_ERROR)
+    )
+    if not clean:
+        runners.replace(runner)
+    outcome.sandbox = sandbox
+    return outcome
 
 
 def _read_phase(jobdir: Path) -> str:
@@ -196,6 +278,7 @@ class CompileStage:
     key: str = ""
     wall_s: float = 0.0
     abandoned: bool = False
+    sandbox: dict[str, Any] = field(default_factory=dict)  # the compile process, if one ran
 
 
 def failed(reason: FailureReason, message: str, log_text: str = "", **fields: Any) -> TrialResult:
@@ -214,6 +297,8 @@ def compile_trial(
     *,
     cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
+    env: dict[str, str] | None = None,
+    runners: RunnerPool | None = None,
 ) -> CompileStage:
     """Build the trial's artifact (or find it in the cache) in a sandbox process."""
     started = time.monotonic()
@@ -242,6 +327,8 @@ def compile_trial(
             cpus=cpus,
             cancel=cancel,
             extra={"workdir": str(staging)},
+            env=env,
+            runners=runners,
         )
     finally:
         shutil.rmtree(jobdir, ignore_errors=True)
@@ -251,11 +338,17 @@ def compile_trial(
         if outcome.abandoned:
             return CompileStage(abandoned=True, key=key, wall_s=wall_s)
         assert outcome.reason is not None
-        result = failed(outcome.reason, outcome.message, outcome.log, timings={"compile_wall_s": wall_s})
-        return CompileStage(failure=result, key=key, wall_s=wall_s)
+        result = failed(
+            outcome.reason,
+            outcome.message,
+            outcome.log,
+            timings={"compile_wall_s": wall_s},
+            compile_report={"sandbox": outcome.sandbox},
+        )
+        return CompileStage(failure=result, key=key, wall_s=wall_s, sandbox=outcome.sandbox)
     payload = outcome.payload
     built = CompiledKernel(staging, payload.get("files", {}), payload.get("report", {}), payload.get("log", ""))
-    return CompileStage(built=cache.commit(key, built), key=key, wall_s=wall_s)
+    return CompileStage(built=cache.commit(key, built), key=key, wall_s=wall_s, sandbox=outcome.sandbox)
 
 
 def run_trial(
@@ -266,6 +359,8 @@ def run_trial(
     cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
     on_phase: Callable[[str], None] | None = None,
+    env: dict[str, str] | None = None,
+    runners: RunnerPool | None = None,
 ) -> TrialResult | None:
     """Check and measure a compiled trial in a sandbox process; None if it was abandoned."""
     if stage.abandoned:
@@ -275,6 +370,8 @@ def run_trial(
     assert stage.built is not None
     built = stage.built
     compile_report = {**built.report, "cached": stage.cached, "cache_key": stage.key}
+    if stage.sandbox:
+        compile_report["sandbox"] = stage.sandbox
     base_timings = {
         "compile_s": float(built.report.get("compile_s", 0.0)),
         "compile_wall_s": stage.wall_s,
@@ -298,6 +395,8 @@ def run_trial(
             cancel=cancel,
             on_phase=on_phase,
             extra=extra,
+            env=env,
+            runners=runners,
         )
     finally:
         shutil.rmtree(jobdir, ignore_errors=True)
@@ -309,6 +408,7 @@ def run_trial(
         "compile_report": compile_report,
         "timings": timings,
         "correctness": payload.get("correctness", {}),
+        "environment": {**payload.get("environment", {}), "sandbox": outcome.sandbox},
     }
     if not outcome.ok:
         assert outcome.reason is not None
@@ -325,7 +425,6 @@ def run_trial(
     return TrialResult(
         status="completed",
         metrics=metrics,
-        environment=payload.get("environment", {}),
         log=tail(log_text.strip(), 16_000),
         **common,
     )
@@ -338,7 +437,8 @@ def execute_trial(
     compile_cpus: list[int] | None = None,
     run_cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
+    runners: RunnerPool | None = None,
 ) -> TrialResult | None:
     """Compile then run one trial, each phase sandboxed (no pipelining)."""
-    stage = compile_trial(spec, cache, cpus=compile_cpus, cancel=cancel)
-    return run_trial(spec, stage, cache.root / "staging", cpus=run_cpus, cancel=cancel)
+    stage = compile_trial(spec, cache, cpus=compile_cpus, cancel=cancel, runners=runners)
+    return run_trial(spec, stage, cache.root / "staging", cpus=run_cpus, cancel=cancel, runners=runners)

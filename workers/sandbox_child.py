@@ -1,10 +1,13 @@
-"""The inside of the trial sandbox: `python -m workers.sandbox_child JOBDIR`.
+"""The inside of the trial sandbox: `python -m workers.sandbox_child JOBDIR`, or a warm
+runner `python -m workers.sandbox_child --serve BACKEND RUNDIR`.
 
 Reads JOBDIR/job.json (phase, trial spec, build directory, CPUs), runs one phase of the
 trial with its backend and writes JOBDIR/result.json. Progress within the run phase
 (check, then measure) is written to JOBDIR/phase for the agent's heartbeats. Anything the
 kernel prints, and the Python traceback of a fatal signal, lands in the job's output log,
-which the agent excerpts. See workers.sandbox for the outside.
+which the agent excerpts. A warm runner warms its backend up once, writes RUNDIR/ready,
+then does the same for each job directory it reads from stdin (workers.runner is its
+outside). See workers.sandbox for the outside of both.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import gc
 import json
 import os
 import signal
@@ -117,18 +121,68 @@ def die_with_agent(agent_pid: int | None) -> None:
         os._exit(1)  # the agent died before the line above took effect
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    jobdir = Path(args[0])
-    agent_pid = os.environ.get("PARETUNE_AGENT_PID")
-    die_with_agent(int(agent_pid) if agent_pid else None)
-    faulthandler.enable()
-    result = run_job(jobdir)
+def write_result(jobdir: Path, result: dict[str, Any]) -> None:
     partial_path = jobdir / "result.json.tmp"
     partial_path.write_text(json.dumps(result, default=str))
     os.replace(partial_path, jobdir / "result.json")
+
+
+def flush_output() -> None:
+    """Python's and C's buffered output (a kernel's printf) into the log before the next job."""
     sys.stdout.flush()
     sys.stderr.flush()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
+
+
+def warm_up(backend_name: str) -> dict[str, Any]:
+    """Import the backend and let it prepare what every trial needs (its `warm_up`)."""
+    started = time.perf_counter()
+    info: dict[str, Any] = {"pid": os.getpid(), "backend": backend_name}
+    try:
+        backend = get_backend(backend_name)
+        hook = getattr(backend, "warm_up", None)
+        if hook is not None:
+            hook()
+    except BaseException as exc:  # the trials will fail with the real reason
+        info["warm_up_error"] = f"{type(exc).__name__}: {exc}"
+    info["warm_up_s"] = time.perf_counter() - started
+    return info
+
+
+def serve(backend_name: str, rundir: Path) -> None:
+    cpus = os.environ.get("PARETUNE_SANDBOX_CPUS")
+    if cpus and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(OSError, ValueError):
+            os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
+    info = warm_up(backend_name)
+    flush_output()
+    ready = rundir / "ready.tmp"
+    ready.write_text(json.dumps(info))
+    os.replace(ready, rundir / "ready")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        jobdir = Path(line.strip())
+        result = run_job(jobdir)
+        flush_output()
+        write_result(jobdir, result)
+        gc.collect()  # the last trial's buffers go before the next one measures
+    flush_output()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    agent_pid = os.environ.get("PARETUNE_AGENT_PID")
+    die_with_agent(int(agent_pid) if agent_pid else None)
+    faulthandler.enable()
+    if args and args[0] == "--serve":
+        serve(args[1], Path(args[2]))
+    jobdir = Path(args[0])
+    result = run_job(jobdir)
+    write_result(jobdir, result)
+    flush_output()
     os._exit(0)  # skip interpreter teardown: user threads or atexit hooks cannot hang the exit
 
 

@@ -27,7 +27,8 @@ def _config(server: PlaneServer, tmp_path: Path, **kw) -> AgentConfig:
     return AgentConfig(**{**base, **kw})
 
 
-def test_one_agent_serves_every_planted_failure_and_keeps_going(tmp_path):
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh", "warm"])
+def test_one_agent_serves_every_planted_failure_and_keeps_going(tmp_path, warm):
     specs = {
         "segfault": make_spec(cpu_source_kernel(PLANTED["segfault"])),
         "hang": make_spec(cpu_source_kernel(PLANTED["hang"]), run_timeout_s=1.5),
@@ -40,7 +41,7 @@ def test_one_agent_serves_every_planted_failure_and_keeps_going(tmp_path):
     plane = Plane(heartbeat_s=0.2, lease_s=5)
     plane.add(*specs.values())
     with PlaneServer(plane) as server:
-        summary = run_agent(_config(server, tmp_path, max_trials=len(specs)))
+        summary = run_agent(_config(server, tmp_path, max_trials=len(specs), warm_runner=warm))
     results = {name: plane.results[spec.trial_id] for name, spec in specs.items()}
     expected = {
         "segfault": FailureReason.CRASH,
@@ -163,7 +164,7 @@ def test_bad_token_stops_the_agent_with_an_error(tmp_path):
             run_agent(config)
 
 
-def _start_worker_process(server: PlaneServer, tmp_path: Path) -> subprocess.Popen:
+def _start_worker_process(server: PlaneServer, tmp_path: Path, *extra: str) -> subprocess.Popen:
     log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
         [
@@ -176,6 +177,7 @@ def _start_worker_process(server: PlaneServer, tmp_path: Path) -> subprocess.Pop
             str(tmp_path / "cache"),
             "--name",
             "proc",
+            *extra,
         ],
         env={**os.environ, "PARETUNE_WORKER_TOKEN": server.plane.token},
         cwd=REPO,
@@ -248,7 +250,8 @@ def test_agent_registers_again_when_the_service_forgot_it(tmp_path):
     assert plane.results[second.trial_id].status == "completed"
 
 
-def test_sandbox_dies_with_a_killed_agent(tmp_path):
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh", "warm"])
+def test_sandbox_dies_with_a_killed_agent(tmp_path, warm):
     pid_file = tmp_path / "sandbox.pid"
     spec = make_spec(
         python_kernel("sleepy"), {"sleep_s": 60, "pid_file": str(pid_file)}, objectives=["f1"], run_timeout_s=120
@@ -256,7 +259,7 @@ def test_sandbox_dies_with_a_killed_agent(tmp_path):
     plane = Plane(heartbeat_s=0.2)
     plane.add(spec)
     with PlaneServer(plane) as server:
-        proc = _start_worker_process(server, tmp_path)
+        proc = _start_worker_process(server, tmp_path, "--warm" if warm else "--no-warm")
         try:
             _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
             sandbox_pid = int(pid_file.read_text())

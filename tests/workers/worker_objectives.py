@@ -59,3 +59,27 @@ def sleepy(config: dict[str, Any]) -> dict[str, Any]:
         with open(config["record"], "a") as handle:
             handle.write(f"{config.get('tag', '')} {start} {end}\n")
     return {"f1": end - start}
+
+
+def whoami(config: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox process's pid and how many trials this process ran before."""
+    global _CALLS
+    _CALLS += 1
+    print(f"trial output {config.get('tag', '')}", flush=True)
+    return {"pid": float(os.getpid()), "calls": float(_CALLS), "f1": float(config.get("x", 0.0))}
+
+
+_CALLS = 0
+
+
+def leave_child(config: dict[str, Any]) -> dict[str, Any]:
+    """Starts a background process, records its pid and returns: a warm runner must not
+    carry it into the next trial."""
+    child = subprocess.Popen(["sleep", "1000"])
+    with open(config["pid_file"], "w") as handle:
+        handle.write(str(child.pid))
+    return {"f1": 1.0}
+
+
+def visible_devices(config: dict[str, Any]) -> dict[str, Any]:
+    return {"f1": float(os.environ.get("CUDA_VISIBLE_DEVICES", "-1"))}

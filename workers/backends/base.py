@@ -44,6 +44,14 @@ class CheckOutcome:
 
 class Backend(ABC):
     name: str
+    # Whether trials run in a warm runner (one sandbox process serving trial after trial)
+    # unless the worker is told otherwise: worth it where a process start costs seconds.
+    warm_by_default: bool = False
+
+    def warm_up(self) -> None:
+        """Prepare, once per warm runner process, what every trial would otherwise pay for
+        (imports, a device context, library handles). Runs in the sandbox, never the agent."""
+        return None
 
     @abstractmethod
     def probe(self) -> dict[str, Any]:

@@ -153,6 +153,17 @@ class _StreamProtocol:
 
 class CudaBackend(Backend):
     name = "cuda"
+    warm_by_default = True
+
+    def warm_up(self) -> None:
+        from workers.backends.triton_backend import warm_up_gpu
+
+        warm_up_gpu()
+        nvrtc_version()
+        import torch
+
+        if torch.cuda.is_available():
+            _core().Device(torch.cuda.current_device()).set_current()
 
     def probe(self) -> dict[str, Any]:
         try:

@@ -18,6 +18,7 @@ them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -101,6 +102,10 @@ def _resource_failure(exc: Exception) -> TrialFailure:
 
 class TritonBackend(Backend):
     name = "triton"
+    warm_by_default = True
+
+    def warm_up(self) -> None:
+        warm_up_gpu()
 
     def probe(self) -> dict[str, Any]:
         try:
@@ -332,12 +337,36 @@ def _throughput(module: ModuleType, kernel: GpuKernel, metrics: dict[str, Metric
     return {"tflops": flops / seconds / 1e12, "tbps": nbytes / seconds / 1e12}
 
 
+def warm_up_gpu() -> None:
+    """What the first trial in a process would pay for: torch and triton imported, the CUDA
+    context, cuBLAS (references), NVML and the measurement modules."""
+    import torch
+
+    import workers.measure.gpu_check  # noqa: F401
+    import workers.measure.gpu_harness  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # the cuda backend's machines may lack it
+        import triton  # noqa: F401
+
+    if not torch.cuda.is_available():
+        return
+    torch.cuda.init()
+    a = torch.ones((64, 64), device="cuda", dtype=torch.bfloat16)
+    (a @ a).float().sum().item()
+    with contextlib.suppress(Exception):
+        import pynvml
+
+        pynvml.nvmlInit()
+
+
 def _nvml_energy_readable() -> bool:
     try:
         import pynvml
 
+        from workers.measure.gpu_energy import nvml_index
+
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(0))
         pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
         return True
     except Exception:

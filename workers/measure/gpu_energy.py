@@ -238,10 +238,10 @@ def nvml_handle_for_torch_device(device_index: int = 0) -> Any:
                 return pynvml.nvmlDeviceGetHandleByUUID(candidate)
             except pynvml.NVMLError:
                 continue
-    return pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(device_index))
+    return pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device_index))
 
 
-def _nvml_index(device_index: int) -> int:
+def nvml_index(device_index: int) -> int:
     """NVML numbers every GPU; CUDA only the visible ones, in CUDA_VISIBLE_DEVICES order."""
     import os
 

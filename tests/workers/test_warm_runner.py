@@ -1,0 +1,246 @@
+"""Warm runners: one sandbox process serves trial after trial, and is replaced after any
+trial that did not end cleanly, through real processes (python and cpu backends)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PLANTED, cpu_source_kernel, make_spec, python_kernel
+from worker_plane import Plane, PlaneServer
+
+from workers.agent import Agent, AgentConfig, run_agent
+from workers.cli import parse_cpus
+from workers.contract import FailureReason
+from workers.runner import RunnerPool
+from workers.sandbox import child_env, compile_trial, execute_trial
+
+
+@pytest.fixture
+def pool(tmp_path: Path):
+    runners = RunnerPool(tmp_path / "runners", env_for=lambda phase: child_env(None), warm_for=lambda backend: True)
+    yield runners
+    runners.close()
+
+
+def whoami(cache, pool, tag: str = ""):
+    spec = make_spec(python_kernel("whoami"), {"x": 0.5, "tag": tag}, objectives=["f1"])
+    result = execute_trial(spec, cache, runners=pool)
+    assert result is not None and result.status == "completed", result and (result.message + result.log)
+    return int(result.metrics["pid"].value), int(result.metrics["calls"].value), result
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (ProcessLookupError, OSError):
+        return False
+
+
+def test_one_runner_process_serves_several_trials(cache, pool):
+    pids, calls = [], []
+    for i in range(4):
+        pid, count, result = whoami(cache, pool, tag=str(i))
+        pids.append(pid)
+        calls.append(count)
+        assert result.environment["sandbox"]["warm"] is True
+        assert result.environment["sandbox"]["pid"] == pid
+        assert f"trial output {i}" in result.log  # this trial's output, not the others'
+        assert f"trial output {i - 1}" not in result.log
+    assert len(set(pids)) == 1 and pids[0] != os.getpid()
+    assert calls == [1, 2, 3, 4]  # the same interpreter: state (imports) stays warm
+    assert pool.started == 1
+
+
+def test_cpu_kernels_compile_and_run_in_warm_runners(cache, pool):
+    results = [
+        execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": opt}), cache, runners=pool)
+        for opt in ("-O1", "-O2", "-O3")
+    ]
+    assert all(r.status == "completed" for r in results), [r.message + r.log for r in results]
+    run_pids = {r.environment["sandbox"]["pid"] for r in results}
+    compile_pids = {r.compile_report["sandbox"]["pid"] for r in results}
+    assert len(run_pids) == 1 and len(compile_pids) == 1 and run_pids != compile_pids
+    assert [r.environment["sandbox"]["trials_served"] for r in results] == [1, 2, 3]
+
+
+def test_a_crash_fails_only_its_trial_and_the_next_gets_a_new_runner(cache, pool):
+    before, _, _ = whoami(cache, pool, tag="before")
+    crashed = execute_trial(make_spec(python_kernel("segfault"), objectives=["f1"]), cache, runners=pool)
+    assert crashed.failure_reason == FailureReason.CRASH
+    assert "SIGSEGV" in crashed.message
+    assert "about to read address 0" in crashed.log
+    assert "trial output before" not in crashed.log  # only the crashed trial's output
+    assert not _alive(before)
+    after, calls, _ = whoami(cache, pool, tag="after")
+    assert after != before and calls == 1
+
+
+def test_a_segfaulting_c_kernel_in_a_warm_runner_is_a_crash(cache, pool):
+    result = execute_trial(make_spec(cpu_source_kernel(PLANTED["segfault"])), cache, runners=pool)
+    assert result.failure_reason == FailureReason.CRASH
+    assert "SIGSEGV" in result.message
+    good = execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O2"}), cache, runners=pool)
+    assert good.status == "completed", good.message + good.log
+
+
+def test_a_hang_is_killed_at_the_run_timeout(cache, pool):
+    before, _, _ = whoami(cache, pool)
+    spec = make_spec(python_kernel("sleepy"), {"sleep_s": 60}, objectives=["f1"], run_timeout_s=1.5)
+    started = time.monotonic()
+    result = execute_trial(spec, cache, runners=pool)
+    assert result.failure_reason == FailureReason.TIMEOUT
+    assert "run_timeout_s=1.5" in result.message
+    assert 1.5 <= time.monotonic() - started < 10
+    assert not _alive(before)
+    after, calls, _ = whoami(cache, pool)
+    assert after != before and calls == 1
+
+
+def test_a_hanging_c_kernel_is_killed_at_the_run_timeout(cache, pool):
+    spec = make_spec(cpu_source_kernel(PLANTED["hang"]), run_timeout_s=1.5)
+    started = time.monotonic()
+    result = execute_trial(spec, cache, runners=pool)
+    assert result.failure_reason == FailureReason.TIMEOUT
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("planted", ["raises", "exits", "missing_metric"])
+def test_any_failed_trial_replaces_the_runner(cache, pool, planted):
+    before, _, _ = whoami(cache, pool)
+    failed = execute_trial(make_spec(python_kernel(planted), objectives=["f1"]), cache, runners=pool)
+    assert failed.status == "failed"
+    expected = FailureReason.CRASH if planted == "exits" else FailureReason.ERROR
+    assert failed.failure_reason == expected, failed.message
+    after, calls, _ = whoami(cache, pool)
+    assert after != before and calls == 1
+
+
+def test_wrong_result_replaces_the_runner_and_keeps_its_reason(cache, pool):
+    good = execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O1"}), cache, runners=pool)
+    wrong = execute_trial(make_spec(cpu_source_kernel(PLANTED["wrong"])), cache, runners=pool)
+    assert wrong.failure_reason == FailureReason.WRONG_RESULT
+    assert wrong.correctness["passed"] is False
+    again = execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O3"}), cache, runners=pool)
+    assert again.status == "completed"
+    assert wrong.environment["sandbox"]["pid"] == good.environment["sandbox"]["pid"]
+    assert again.environment["sandbox"]["pid"] != wrong.environment["sandbox"]["pid"]
+
+
+def test_a_compile_error_keeps_the_compile_runner(cache, pool):
+    broken = compile_trial(make_spec(cpu_source_kernel(PLANTED["compile_error"])), cache, runners=pool)
+    assert broken.failure is not None and broken.failure.failure_reason == FailureReason.COMPILE_ERROR
+    assert "error" in broken.failure.log and "kernel.c" in broken.failure.log
+    fine = compile_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O2"}), cache, runners=pool)
+    assert fine.failure is None
+    assert fine.sandbox["pid"] == broken.sandbox["pid"]
+
+
+def test_processes_a_trial_leaves_behind_are_killed(cache, pool, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    spec = make_spec(python_kernel("leave_child"), {"pid_file": str(pid_file)}, objectives=["f1"])
+    assert execute_trial(spec, cache, runners=pool).status == "completed"
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def test_a_runner_that_cannot_start_fails_the_trial_as_a_crash(cache, tmp_path):
+    broken_env = {**child_env(None), "PYTHONHOME": str(tmp_path / "nowhere")}  # no standard library
+    runners = RunnerPool(tmp_path / "runners", env_for=lambda phase: broken_env, warm_for=lambda backend: True)
+    try:
+        spec = make_spec(python_kernel("tradeoff"), {"x": 0.1}, objectives=["f1"])
+        result = execute_trial(spec, cache, runners=runners)
+    finally:
+        runners.close()
+    assert result.failure_reason == FailureReason.CRASH
+    assert "while starting" in result.message
+    assert "encodings" in result.log or "Fatal Python error" in result.log
+
+
+def test_cancel_kills_a_running_warm_trial(cache, pool):
+    import threading
+
+    cancel = threading.Event()
+    spec = make_spec(python_kernel("sleepy"), {"sleep_s": 60}, objectives=["f1"], run_timeout_s=120)
+    threading.Timer(1.0, cancel.set).start()
+    started = time.monotonic()
+    assert execute_trial(spec, cache, runners=pool, cancel=cancel) is None
+    assert time.monotonic() - started < 10
+    assert whoami(cache, pool)[1] == 1
+
+
+def test_gpu_backends_are_warm_by_default_and_cpu_ones_are_not(tmp_path):
+    agent = Agent(AgentConfig(server="http://127.0.0.1:1", token="t", cache_dir=tmp_path / "cache"))
+    assert agent._warm_for("triton") and agent._warm_for("cuda")
+    assert not agent._warm_for("cpu") and not agent._warm_for("python")
+    forced = Agent(AgentConfig(server="http://127.0.0.1:1", token="t", cache_dir=tmp_path / "c2", warm_runner=False))
+    assert not forced._warm_for("triton")
+
+
+def test_agent_with_warm_runners_serves_failures_and_stays_up(tmp_path):
+    specs = {
+        "first": make_spec(python_kernel("whoami"), {"x": 0.1}, objectives=["f1"]),
+        "second": make_spec(python_kernel("whoami"), {"x": 0.2}, objectives=["f1"]),
+        "segfault": make_spec(python_kernel("segfault"), objectives=["f1"]),
+        "hang": make_spec(python_kernel("sleepy"), {"sleep_s": 60}, objectives=["f1"], run_timeout_s=1.5),
+        "third": make_spec(python_kernel("whoami"), {"x": 0.3}, objectives=["f1"]),
+        "c_good": make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O2"}),
+    }
+    plane = Plane(heartbeat_s=0.2, lease_s=5)
+    plane.add(*specs.values())
+    config = AgentConfig(
+        server="",
+        token=plane.token,
+        cache_dir=tmp_path / "cache",
+        wait_s=0.2,
+        max_trials=len(specs),
+        warm_runner=True,
+        gpu=3,
+    )
+    with PlaneServer(plane) as server:
+        config.server = server.url
+        summary = run_agent(config)
+    results = {name: plane.results[spec.trial_id] for name, spec in specs.items()}
+    assert results["segfault"].failure_reason == FailureReason.CRASH
+    assert results["hang"].failure_reason == FailureReason.TIMEOUT
+    assert results["c_good"].status == "completed"
+    pids = {name: int(results[name].metrics["pid"].value) for name in ("first", "second", "third")}
+    assert pids["first"] == pids["second"] != pids["third"]
+    assert [results[n].metrics["calls"].value for n in ("first", "second", "third")] == [1, 2, 1]
+    assert summary.completed == 4 and summary.failed == 2
+    assert plane.registered[0]["fingerprint"]["gpu_index"] == 3
+    assert not list((tmp_path / "cache" / "runners").glob("*"))  # closed with the agent
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_gpu_option_sets_the_sandboxes_visible_devices(tmp_path, warm):
+    spec = make_spec(python_kernel("visible_devices"), objectives=["f1"])
+    plane = Plane()
+    plane.add(spec)
+    with PlaneServer(plane) as server:
+        config = AgentConfig(
+            server=server.url,
+            token=plane.token,
+            cache_dir=tmp_path / "cache",
+            wait_s=0.2,
+            max_trials=1,
+            warm_runner=warm,
+            gpu=2,
+        )
+        run_agent(config)
+    assert plane.results[spec.trial_id].metrics["f1"].value == 2
+
+
+def test_cpu_lists_parse_like_taskset():
+    assert parse_cpus("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpus("5") == [5]
+    assert parse_cpus(None) is None and parse_cpus(" ") is None
+    for bad in ("a-b", "4-2"):
+        with pytest.raises(Exception, match="CPU list|backwards"):
+            parse_cpus(bad)
