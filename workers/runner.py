@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -264,6 +265,10 @@ class RunnerPool:
         self.started = 0
         self.closed = False
         self.lock = threading.Lock()
+        # Runners are started from one thread that lives as long as the pool: a sandbox
+        # dies with the thread that started it (PR_SET_PDEATHSIG), and the threads that
+        # use runners (leasing, measuring) may end before the pool does.
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="runner-spawner")
 
     def get(self, phase: str, backend: str) -> WarmRunner | None:
         """The runner for this phase and backend (started now if needed); None when the
@@ -278,6 +283,8 @@ class RunnerPool:
                 if runner is not None:
                     runner.kill()
                 runner = self._start(phase, backend)
+            if phase == "compile" and ("run", backend) not in self.runners:
+                self._start("run", backend)  # warms up while the first trial compiles
             return runner
 
     def replace(self, runner: WarmRunner) -> None:
@@ -299,7 +306,8 @@ class RunnerPool:
             self.env_for(phase),
             start_timeout_s=self.start_timeout_s,
             log_limit=self.log_limit,
-        ).start()
+        )
+        self._spawner.submit(runner.start).result()
         self.runners[(phase, backend)] = runner
         self.started += 1
         return runner
@@ -310,3 +318,4 @@ class RunnerPool:
             runners, self.runners = list(self.runners.values()), {}
         for runner in runners:
             runner.kill()
+        self._spawner.shutdown(wait=False)

@@ -1,17 +1,17 @@
-"""The whole stack on a GPU machine: the service on SQLite, one worker agent per GPU, a
-study of each built-in GPU kernel, repeats of one configuration spread across each study,
-and an exhaustive sweep of the GEMM space on a GPU of its own.
+"""The whole stack on a GPU machine: the service on SQLite, one `paretune worker` agent per
+GPU (`--gpu N` and its own CPU sets, warm runners), a study of each built-in GPU kernel,
+repeats of the baseline configuration spread across each study, and for the GEMM a
+head-to-head, on one GPU, of the study's best configuration against the recorded sweep's
+best (interleaved rounds; on the study's own GPU and, with 4 GPUs, also on the fourth).
 
-Roles by GPU count: with 4 GPUs the GEMM, attention and RMSNorm studies get one GPU each
-and the sweep the fourth; with fewer, roles share GPUs (and take longer). Before the studies
-start, the Triton kernels' spaces are compiled into the workers' artifact cache by a pool of
-processes (the sweep needs every GEMM configuration compiled anyway); trials then find their
-artifact there, as they would on a worker that has seen the configuration before.
+Per kernel: a one-trial repeat study goes first and shows that the worker can run the
+kernel (if it cannot, that worker is restarted without warm runners); then the study; the
+other repeats follow at even steps of the study's progress. At `--deadline-s` everything
+still running is cancelled and what there is is written under OUT: studies.json (studies,
+trials with details, fronts, repeats), h2h_gpu<N>.json, driver.log, logs.txt.
 
-Everything is written under OUT: studies.json (studies, trials with their details, fronts,
-repeats), sweep.json, driver.log, logs.txt (service and worker logs).
-
-    python3 bench/gpu/run_studies.py OUT [--trials 60] [--deadline-s 540]
+    python3 bench/gpu/run_studies.py OUT [--trials 60] [--gemm-trials 67] [--deadline-s 390]
+    python bench/gpu/run_studies.py OUT --local    # the same on CPU kernels, to test the script
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +33,62 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]
-MEASURE = {"warmup_s": 0.1, "min_repeats": 20, "max_repeats": 2000, "target_s": 0.2, "hot_window_s": 0.6}
-KERNELS = [("gemm", "triton", "gemm_bf16"), ("attention", "triton", "attention_fwd"), ("rmsnorm", "cuda", "rmsnorm")]
-REPEATS = 5
+STARTED = time.monotonic()
+OUT = Path(".")
 PORT = 8765
 SERVER = f"http://127.0.0.1:{PORT}"
-STARTED = time.monotonic()
+REPEATS = 5
+SAMPLER = {"name": "nsga2", "seed": 20261129, "options": {"population_size": 10}}
+SWEEP_BEST = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+SWEEP_BEST_RUNTIME_MS = 0.2147619922955831  # bench/results/gpu_raw_2026-11-29/sweep.json
+
+
+@dataclass
+class Profile:
+    """What runs: the GPU built-ins, or CPU stand-ins that exercise the same script here."""
+
+    kernels: dict[str, tuple[str, str]]  # role -> (backend, builtin)
+    objectives: list[str]
+    measure: dict[str, Any]
+    sweep_best: dict[str, Any]
+    baseline: dict[str, Any]
+    limits: dict[str, Any] = field(default_factory=dict)
+
+
+GPU = Profile(
+    kernels={"gemm": ("triton", "gemm_bf16"), "attention": ("triton", "attention_fwd"), "rmsnorm": ("cuda", "rmsnorm")},
+    objectives=["runtime_ms", "energy_mj", "p99_ms"],
+    measure={"warmup_s": 0.1, "min_repeats": 20, "max_repeats": 2000, "target_s": 0.2, "hot_window_s": 0.6},
+    sweep_best=SWEEP_BEST,
+    baseline={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3},
+    limits={"compile_timeout_s": 300, "run_timeout_s": 120, "max_attempts": 2},
+)
+LOCAL = Profile(
+    kernels={"gemm": ("cpu", "matmul"), "attention": ("cpu", "stencil"), "rmsnorm": ("cpu", "matmul")},
+    objectives=["runtime_ms", "p99_ms"],
+    measure={"warmup_s": 0.005, "min_repeats": 5, "max_repeats": 100, "target_s": 0.05, "hot_window_s": 0.1},
+    sweep_best={
+        "opt": "-O3",
+        "march_native": True,
+        "unroll": True,
+        "vectorize": True,
+        "inline_limit": 600,
+        "TILE_M": 16,
+        "TILE_N": 64,
+        "TILE_K": 64,
+    },
+    baseline={
+        "opt": "-O2",
+        "march_native": False,
+        "unroll": False,
+        "vectorize": True,
+        "inline_limit": 600,
+        "TILE_M": 16,
+        "TILE_N": 64,
+        "TILE_K": 64,
+    },
+    limits={"compile_timeout_s": 60, "run_timeout_s": 60, "max_attempts": 2},
+)
 
 
 def log(message: str) -> None:
@@ -46,31 +96,6 @@ def log(message: str) -> None:
     print(line, flush=True)
     with open(OUT / "driver.log", "a") as handle:
         handle.write(line + "\n")
-
-
-def roles(gpus: int) -> dict[str, int]:
-    if gpus >= 4:
-        return {"gemm": 0, "attention": 1, "rmsnorm": 2, "sweep": 3}
-    if gpus == 3:
-        return {"gemm": 0, "attention": 1, "rmsnorm": 2, "sweep": 0}
-    if gpus == 2:
-        return {"gemm": 0, "attention": 1, "rmsnorm": 1, "sweep": 0}
-    return {"gemm": 0, "attention": 0, "rmsnorm": 0, "sweep": 0}
-
-
-def cpu_slices(gpu: int, slots: int) -> tuple[str, str]:
-    """Disjoint CPUs per GPU: four to measure on, the rest of its share to compile on."""
-    share = max(8, (os.cpu_count() or 16) // max(1, slots))
-    first = (gpu % max(1, slots)) * share
-    return f"{first}-{first + 3}", f"{first + 4}-{first + share - 1}"
-
-
-def cpu_list(*ranges: str) -> list[int]:
-    cpus: list[int] = []
-    for text in ranges:
-        low, _, high = text.partition("-")
-        cpus += range(int(low), int(high or low) + 1)
-    return cpus
 
 
 CHILDREN: list[subprocess.Popen] = []
@@ -90,100 +115,30 @@ def _stop_children() -> None:
             process.kill()
 
 
-def pin(cpus: list[int]) -> None:
-    usable = set(cpus) & os.sched_getaffinity(0)
-    if usable:
-        os.sched_setaffinity(0, usable)
-
-
 def gpu_count() -> int:
-    done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True)
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return 0
     return len([line for line in done.stdout.splitlines() if line.startswith("GPU ")])
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> str:
+def cpu_sets(gpu: int, slots: int) -> tuple[str, str]:
+    """Disjoint CPUs per GPU: four to measure on, the rest of its share to compile on."""
+    cpus = sorted(os.sched_getaffinity(0))
+    share = len(cpus) // max(1, slots)
+    if share < 2:  # a small machine: everything shares
+        return str(cpus[gpu % len(cpus)]), ",".join(map(str, cpus))
+    mine = cpus[gpu * share : (gpu + 1) * share]
+    measure = mine[: min(4, share // 2)]
+    return ",".join(map(str, measure)), ",".join(map(str, mine[len(measure) :]))
+
+
+def cli(*args: str, env: dict[str, str]) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, env=env, check=True, cwd=REPO
     )
     return done.stdout.strip().splitlines()[-1]
-
-
-def study_document(kernel: str, backend: str, builtin: str, pool: str, trials: int, name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "kernel": {"backend": backend, "builtin": builtin},
-        "objectives": OBJECTIVES,
-        "sampler": {"name": "tpe", "seed": 1, "options": {"n_startup_trials": 10, "multivariate": True}},
-        "budget": {"max_trials": trials},
-        "parallelism": 2,
-        "pool": pool,
-        "limits": {"compile_timeout_s": 300, "run_timeout_s": 120, "max_attempts": 2},
-        "measure": MEASURE,
-    }
-
-
-# --- compile ahead -------------------------------------------------------------------------
-
-
-def _compile_one(job: tuple[str, str, dict[str, Any], str]) -> tuple[str, str | None]:
-    from workers.backends import get_backend
-    from workers.backends.base import TrialFailure
-    from workers.cache import ArtifactCache
-    from workers.contract import KernelSpec
-
-    backend_name, builtin, config, cache_dir = job
-    backend = get_backend(backend_name)
-    spec = KernelSpec(backend=backend_name, builtin=builtin)
-    cache = ArtifactCache(Path(cache_dir))
-    key = backend.cache_key(spec, config)
-    if cache.lookup(key) is not None:
-        return key, None
-    staging = cache.staging()
-    started = time.perf_counter()
-    try:
-        built = backend.compile(spec, config, staging)
-    except TrialFailure as failure:
-        cache.discard(staging)
-        return key, failure.message
-    built.report.setdefault("compile_s", time.perf_counter() - started)
-    cache.commit(key, built)
-    return key, None
-
-
-def compile_ahead(cache_dir: Path, gpu: int, processes: int, timeout_s: float = 90.0) -> dict[str, str]:
-    """Every configuration of the Triton built-ins' spaces into the artifact cache."""
-    sys.path.insert(0, str(REPO / "bench" / "gpu"))
-    from sweep import space_points
-
-    from workers.kernels import get_builtin
-
-    jobs = []
-    for _, backend, builtin in KERNELS:
-        if backend != "triton":
-            continue
-        kernel = get_builtin(backend, builtin)
-        assert kernel is not None
-        jobs += [(backend, builtin, config, str(cache_dir)) for config in space_points(kernel.space)]
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    failures: dict[str, str] = {}
-    finished = 0
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        results = pool.imap_unordered(_compile_one, jobs)
-        try:
-            for _ in jobs:
-                key, message = results.next(timeout=timeout_s)
-                finished += 1
-                if message:
-                    failures[key] = message
-        except multiprocessing.TimeoutError:
-            log(f"compile ahead: no result for {timeout_s:.0f} s after {finished} of {len(jobs)}; going on")
-            pool.terminate()
-    del os.environ["CUDA_VISIBLE_DEVICES"]
-    log(f"compiled ahead: {len(jobs)} configurations, {len(failures)} failed to compile")
-    return failures
-
-
-# --- the run ---------------------------------------------------------------------------------
 
 
 class Api:
@@ -210,7 +165,7 @@ def wait_healthy(timeout: float = 60) -> None:
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(0.3)
+        time.sleep(0.2)
     raise RuntimeError("service did not become healthy")
 
 
@@ -227,196 +182,295 @@ def all_trials(api: Api, study_id: int) -> list[dict[str, Any]]:
             return items
 
 
-def collect(api: Api, study_id: int, details: bool) -> dict[str, Any]:
+def collect(api: Api, study_id: int) -> dict[str, Any]:
     study = api.get(f"/v1/studies/{study_id}")
-    trials = all_trials(api, study_id)
-    if details:
-        trials = [api.get(f"/v1/studies/{study_id}/trials/{t['number']}") for t in trials]
+    trials = [api.get(f"/v1/studies/{study_id}/trials/{t['number']}") for t in all_trials(api, study_id)]
     return {"study": study, "trials": trials, "front": api.get(f"/v1/studies/{study_id}/front")}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("--trials", type=int, default=60)
-    parser.add_argument("--deadline-s", type=float, default=540)
-    parser.add_argument("--compile-processes", type=int, default=0)
-    parser.add_argument("--no-compile-ahead", action="store_true")
-    args = parser.parse_args()
-    global OUT
-    OUT = Path(args.out)
-    OUT.mkdir(parents=True, exist_ok=True)
-    deadline = STARTED + args.deadline_s
-    work = Path("/tmp/paretune-gpu-run")
-    work.mkdir(parents=True, exist_ok=True)
-    cache_dir = work / "artifacts"
-    gpus = int(os.environ.get("PARETUNE_BENCH_GPUS", "0")) or gpu_count()
-    plan = roles(gpus)
-    log(f"{gpus} GPUs; roles {plan}")
-    env = {
-        **os.environ,
-        "PARETUNE_DATABASE_URL": f"sqlite:///{work / 'paretune.db'}",
-        "PARETUNE_DATA_DIR": str(work),
-        "PYTHONUNBUFFERED": "1",
-    }
-    admin = cli("token", "create", "--name", "bench", "--role", "admin", env=env)
-    service_log = open(work / "service.log", "w")  # noqa: SIM115
-    service = spawn(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(PORT), "--log-level", "warning"],
-        env=env,
-        cwd=REPO,
-        stdout=service_log,
-        stderr=subprocess.STDOUT,
-    )
-    processes = args.compile_processes or max(4, (os.cpu_count() or 8) - 8)
-    failures = {} if args.no_compile_ahead else compile_ahead(cache_dir, plan["sweep"], processes)
-    (work / "compile_failures.json").write_text(json.dumps(failures))
-    wait_healthy()
-    api = Api(admin)
-    workers = []
-    for gpu in sorted(set(plan[k] for k in ("gemm", "attention", "rmsnorm"))):
-        token = cli("token", "create", "--name", f"gpu{gpu}", "--worker", "--pool", f"gpu{gpu}", env=env)
-        worker_env = {**env, "CUDA_VISIBLE_DEVICES": str(gpu)}
-        handle = open(work / f"worker{gpu}.log", "w")  # noqa: SIM115
-        measure, compile_ = cpu_slices(gpu, len(set(plan.values())))
-        workers.append(
-            spawn(
-                [
-                    sys.executable,
-                    str(REPO / "bench" / "gpu" / "gpu_worker.py"),
-                    "--server",
-                    SERVER,
-                    "--token",
-                    token,
-                    "--pool",
-                    f"gpu{gpu}",
-                    "--name",
-                    f"h200-gpu{gpu}",
-                    "--cache-dir",
-                    str(cache_dir),
-                    "--measure-cpus",
-                    measure,
-                    "--compile-cpus",
-                    compile_,
-                ],
-                env=worker_env,
-                cwd=REPO,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-            )
+def finished(study: dict[str, Any]) -> bool:
+    return study["state"] not in ("running", "paused")
+
+
+# --- the run -----------------------------------------------------------------------------
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.profile = LOCAL if args.local else GPU
+        self.deadline = STARTED + args.deadline_s
+        self.work = Path(tempfile.mkdtemp(prefix="paretune-gpu-run-"))
+        self.cache_dir = self.work / "artifacts"
+        self.gpus = args.gpus or gpu_count() or (4 if args.local else 1)
+        self.roles = {"gemm": 0, "attention": 1 % self.gpus, "rmsnorm": 2 % self.gpus}
+        self.versus_gpus = sorted({0, 3} if self.gpus >= 4 else {0})
+        self.slots = self.gpus  # CPU shares, one per GPU
+        self.env = {
+            **os.environ,
+            "PARETUNE_DATABASE_URL": f"sqlite:///{self.work / 'paretune.db'}",
+            "PARETUNE_DATA_DIR": str(self.work),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.workers: dict[int, subprocess.Popen] = {}
+        self.worker_mode: dict[int, str] = {}
+        self.studies: dict[str, int] = {}
+        self.repeats: dict[str, list[int]] = {k: [] for k in self.profile.kernels}
+        self.state = {k: "preflight" for k in self.profile.kernels}
+        self.h2h: dict[int, subprocess.Popen] = {}
+        self.events: list[dict[str, Any]] = []
+        self.preflight_since: dict[str, float] = {}
+        self.study_started: dict[str, float] = {}
+
+    # -- processes ------------------------------------------------------------------------
+
+    def start_service(self) -> Api:
+        admin = cli("token", "create", "--name", "bench", "--role", "admin", env=self.env)
+        self.tokens = {
+            gpu: cli("token", "create", "--name", f"gpu{gpu}", "--worker", "--pool", f"gpu{gpu}", env=self.env)
+            for gpu in sorted(set(self.roles.values()))
+        }
+        spawn(
+            [sys.executable, "-m", "service.cli", "serve", "--port", str(PORT), "--log-level", "warning"],
+            env=self.env,
+            cwd=REPO,
+            stdout=open(self.work / "service.log", "w"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
         )
-    log(f"service up, {len(workers)} workers started")
-    studies: dict[str, int] = {}
-    for kernel, backend, builtin in KERNELS:
-        doc = study_document(kernel, backend, builtin, f"gpu{plan[kernel]}", args.trials, f"H200 {builtin}")
-        studies[kernel] = api.post("/v1/studies", doc)["id"]
-    log(f"studies {studies}")
-    sweep_deadline = max(60.0, deadline - time.monotonic() - 90)
-    sweep = spawn(
-        [
-            sys.executable,
-            str(REPO / "bench" / "gpu" / "sweep.py"),
-            "--kernel",
-            "gemm_bf16",
-            "--cache",
-            str(cache_dir),
-            "--out",
-            str(OUT / "sweep.json"),
-            "--deadline-s",
-            f"{sweep_deadline:.0f}",
-            "--failures",
-            str(work / "compile_failures.json"),
-            "--versus",
-            str(work / "versus.json"),
-            "--versus-wait-s",
-            "60",
-        ],
-        env={**env, "CUDA_VISIBLE_DEVICES": str(plan["sweep"])},
-        preexec_fn=lambda: pin(cpu_list(*cpu_slices(plan["sweep"], len(set(plan.values()))))),
-        cwd=REPO,
-        stdout=open(work / "sweep.log", "w"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-    )
-    repeats: dict[str, list[int]] = {k: [] for k in studies}
-    marks = [round(i * args.trials / REPEATS) + 1 for i in range(REPEATS)]
-    last_report = 0.0
-    while time.monotonic() < deadline - 30:
-        states = {k: api.get(f"/v1/studies/{i}") for k, i in studies.items()}
-        for kernel, study in states.items():
-            done = study["progress"]["completed"] + study["progress"]["failed"]
-            while len(repeats[kernel]) < REPEATS and done >= marks[len(repeats[kernel])]:
-                kernel_row = next(k for k in KERNELS if k[0] == kernel)
-                doc = study_document(
-                    kernel,
-                    kernel_row[1],
-                    kernel_row[2],
-                    f"gpu{plan[kernel]}",
-                    1,
-                    f"H200 {kernel_row[2]} repeat {len(repeats[kernel]) + 1}",
-                )
-                doc["sampler"] = {"name": "random", "seed": 1}
-                repeats[kernel].append(api.post("/v1/studies", doc)["id"])
-        if "gemm" in states and states["gemm"]["state"] != "running" and not (work / "versus.json").exists():
-            best = api.get(f"/v1/studies/{studies['gemm']}/trials", sort="runtime_ms", limit=1)["items"]
-            if best:
-                (work / "versus.json").write_text(json.dumps({"study_best": best[0]["config"]}))
-        running = [k for k, s in states.items() if s["state"] == "running"]
-        repeats_open = [r for ids in repeats.values() for r in ids if api.get(f"/v1/studies/{r}")["state"] == "running"]
-        if time.monotonic() - last_report > 20:
-            last_report = time.monotonic()
-            log(
-                "progress "
-                + ", ".join(
-                    f"{k}: {s['progress']['completed']}+{s['progress']['failed']}f/{s['progress']['max_trials']} "
-                    f"{s['state']}"
-                    for k, s in states.items()
-                )
-                + f"; repeats open {len(repeats_open)}"
-            )
-        if not running and not repeats_open and all(len(v) == REPEATS for v in repeats.values()):
-            break
-        time.sleep(2)
-    for kernel, study_id in studies.items():
-        if api.get(f"/v1/studies/{study_id}")["state"] == "running":
-            log(f"deadline: cancelling {kernel}")
-            api.post(f"/v1/studies/{study_id}/cancel")
-    result = {"gpus": gpus, "roles": plan, "measure": MEASURE, "objectives": OBJECTIVES, "studies": {}}
-    for kernel, study_id in studies.items():
-        result["studies"][kernel] = collect(api, study_id, details=True)
-        result["studies"][kernel]["repeats"] = [collect(api, r, details=True) for r in repeats[kernel]]
-    (OUT / "studies.json").write_text(json.dumps(result, default=str))
-    log("studies collected")
-    if not (work / "versus.json").exists():
-        best = api.get(f"/v1/studies/{studies['gemm']}/trials", sort="runtime_ms", limit=1)["items"]
-        if best:
-            (work / "versus.json").write_text(json.dumps({"study_best": best[0]["config"]}))
-    try:
-        sweep.wait(timeout=max(5, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        log("sweep still running at the deadline: stopped")
-        sweep.kill()
-    for process in [*workers, service]:
+        wait_healthy()
+        return Api(admin)
+
+    def start_worker(self, gpu: int, warm: bool = True) -> None:
+        measure, compile_ = cpu_sets(gpu, self.slots)
+        command = [
+            sys.executable, "-m", "workers", "--server", SERVER, "--pool", f"gpu{gpu}", "--name", f"h200-gpu{gpu}",
+            "--cache-dir", str(self.cache_dir), "--gpu", str(gpu), "--measure-cpus", measure,
+            "--compile-cpus", compile_, "--warm" if warm else "--no-warm",
+        ]  # fmt: skip
+        if self.args.local:
+            command += ["--backends", "cpu,python"]
+        self.workers[gpu] = spawn(
+            command,
+            env={**self.env, "PARETUNE_WORKER_TOKEN": self.tokens[gpu]},
+            cwd=REPO,
+            stdout=open(self.work / f"worker{gpu}.log", "a"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+        self.worker_mode[gpu] = "warm" if warm else "fresh"
+        log(f"worker gpu{gpu} started ({self.worker_mode[gpu]}; measure CPUs {measure}, compile CPUs {compile_})")
+
+    def restart_worker_fresh(self, gpu: int, why: str) -> None:
+        log(f"worker gpu{gpu}: {why}; restarting it without warm runners")
+        self.events.append({"t": time.monotonic() - STARTED, "gpu": gpu, "event": "restart --no-warm", "why": why})
+        process = self.workers[gpu]
         process.terminate()
-    for process in [*workers, service]:
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
-    with open(OUT / "logs.txt", "w") as logs:
-        for name in ["service.log", "sweep.log", *[f"worker{g}.log" for g in sorted(set(plan.values()))]]:
-            path = work / name
-            if path.exists():
-                text = path.read_text(errors="replace")
-                logs.write(f"===== {name} ({len(text)} chars, last 60000) =====\n{text[-60000:]}\n")
-    summarize(result)
+        self.start_worker(gpu, warm=False)
+
+    # -- studies --------------------------------------------------------------------------
+
+    def document(self, kernel: str, trials: int, name: str, sampler: dict[str, Any]) -> dict[str, Any]:
+        backend, builtin = self.profile.kernels[kernel]
+        return {
+            "name": name,
+            "kernel": {"backend": backend, "builtin": builtin},
+            "objectives": self.profile.objectives,
+            "sampler": sampler,
+            "budget": {"max_trials": trials},
+            "parallelism": 2,
+            "pool": f"gpu{self.roles[kernel]}",
+            "limits": self.profile.limits,
+            "measure": self.profile.measure,
+        }
+
+    def trials_for(self, kernel: str) -> int:
+        return self.args.gemm_trials if kernel == "gemm" else self.args.trials
+
+    def add_repeat(self, api: Api, kernel: str) -> None:
+        number = len(self.repeats[kernel]) + 1
+        doc = self.document(
+            kernel, 1, f"{self.profile.kernels[kernel][1]} repeat {number}", {"name": "random", "seed": 1}
+        )
+        self.repeats[kernel].append(api.post("/v1/studies", doc)["id"])
+
+    def step(self, api: Api, kernel: str, now: float) -> None:
+        """Advance one kernel: preflight repeat, then the study with repeats at even steps."""
+        state = self.state[kernel]
+        if state == "preflight":
+            if not self.repeats[kernel]:
+                self.add_repeat(api, kernel)
+                self.preflight_since[kernel] = now
+                return
+            first = api.get(f"/v1/studies/{self.repeats[kernel][0]}")
+            progress = first["progress"]
+            gpu = self.roles[kernel]
+            if progress["completed"] >= 1:
+                self.start_study(api, kernel)
+            elif progress["failed"] >= 1 or now - self.preflight_since[kernel] > self.args.preflight_s:
+                why = "the first trial failed" if progress["failed"] else "no trial finished in time"
+                if self.worker_mode[gpu] == "warm":
+                    self.restart_worker_fresh(gpu, why)
+                self.start_study(api, kernel)
+            return
+        if state == "study":
+            study = api.get(f"/v1/studies/{self.studies[kernel]}")
+            trials = self.trials_for(kernel)
+            done = study["progress"]["completed"] + study["progress"]["failed"]
+            marks = [round(i * trials / REPEATS) for i in range(1, REPEATS)]
+            started = self.study_started[kernel]
+            span = max(1.0, self.deadline - self.args.h2h_s - started)
+            while len(self.repeats[kernel]) < REPEATS:
+                index = len(self.repeats[kernel])  # the next repeat is due at a mark or, failing that, a time
+                if done < marks[index - 1] and now < started + index * span / REPEATS:
+                    break
+                self.add_repeat(api, kernel)
+            if finished(study):
+                self.state[kernel] = "done"
+                log(f"{kernel}: study {study['state']} ({study.get('finish_reason')}) after {done} trials")
+
+    def start_study(self, api: Api, kernel: str) -> None:
+        trials = self.trials_for(kernel)
+        doc = self.document(kernel, trials, f"H200 {self.profile.kernels[kernel][1]}", SAMPLER)
+        self.studies[kernel] = api.post("/v1/studies", doc)["id"]
+        self.study_started[kernel] = time.monotonic()
+        self.state[kernel] = "study"
+        log(f"{kernel}: study {self.studies[kernel]} created ({trials} trials, pool gpu{self.roles[kernel]})")
+
+    def repeats_open(self, api: Api, kernel: str) -> list[int]:
+        return [r for r in self.repeats[kernel] if not finished(api.get(f"/v1/studies/{r}"))]
+
+    # -- head to head ---------------------------------------------------------------------
+
+    def start_head_to_head(self, api: Api) -> None:
+        """The GEMM study's best against the recorded sweep's best and the baseline."""
+        best = []
+        if "gemm" in self.studies:
+            best = api.get(f"/v1/studies/{self.studies['gemm']}/trials", sort="runtime_ms", limit=1)["items"]
+        configs = {"sweep_best": self.profile.sweep_best, "baseline": self.profile.baseline}
+        if best and best[0].get("values"):
+            configs["study_best"] = best[0]["config"]
+        versus = self.work / "versus.json"
+        versus.write_text(json.dumps(configs))
+        log(f"head to head on GPUs {self.versus_gpus}: {json.dumps(configs)}")
+        backend, builtin = self.profile.kernels["gemm"]
+        for gpu in self.versus_gpus:
+            measure, compile_ = cpu_sets(gpu, self.slots)
+            cpus = [int(c) for c in f"{measure},{compile_}".split(",") if c]
+            command = [
+                sys.executable, str(REPO / "bench" / "gpu" / "sweep.py"), "--kernel", builtin, "--backend", backend,
+                "--cache", str(self.cache_dir), "--out", str(OUT / f"h2h_gpu{gpu}.json"), "--only-versus",
+                "--versus", str(versus), "--rounds", str(self.args.rounds),
+                "--deadline-s", f"{max(5.0, self.deadline - 15 - time.monotonic()):.0f}",
+                "--objectives", ",".join(self.profile.objectives), "--settings", json.dumps(self.profile.measure),
+            ]  # fmt: skip
+            self.h2h[gpu] = spawn(
+                command,
+                env={**self.env, "CUDA_VISIBLE_DEVICES": str(gpu)},
+                preexec_fn=lambda cpus=cpus: os.sched_setaffinity(0, cpus),  # type: ignore[misc]
+                cwd=REPO,
+                stdout=open(self.work / f"h2h{gpu}.log", "w"),  # noqa: SIM115
+                stderr=subprocess.STDOUT,
+            )
+
+    # -- main loop ------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        log(f"{self.gpus} GPUs; roles {self.roles}; head to head on {self.versus_gpus}; work {self.work}")
+        api = self.start_service()
+        for gpu in sorted(set(self.roles.values())):
+            self.start_worker(gpu)
+        log("service up, workers started")
+        h2h_at = self.deadline - self.args.h2h_s
+        stop_at = self.deadline - 20
+        last_report = 0.0
+        while True:
+            now = time.monotonic()
+            for kernel in self.profile.kernels:
+                self.step(api, kernel, now)
+            gemm_quiet = self.state["gemm"] == "done" and not self.repeats_open(api, "gemm")
+            if not self.h2h and (gemm_quiet or now > h2h_at):
+                self.cancel(api, ["gemm"])
+                self.start_head_to_head(api)
+            if now - last_report > 15:
+                last_report = now
+                self.report_progress(api)
+            everything_done = all(s == "done" for s in self.state.values()) and not any(
+                self.repeats_open(api, k) for k in self.profile.kernels
+            )
+            h2h_done = self.h2h and all(p.poll() is not None for p in self.h2h.values())
+            if (everything_done and h2h_done) or now > stop_at:
+                break
+            time.sleep(1.0)
+        self.cancel(api, list(self.profile.kernels))
+        return self.finish(api)
+
+    def cancel(self, api: Api, kernels: list[str]) -> None:
+        for kernel in kernels:
+            for study_id in [self.studies.get(kernel), *self.repeats[kernel]]:
+                if study_id is not None and not finished(api.get(f"/v1/studies/{study_id}")):
+                    log(f"cancelling study {study_id} ({kernel})")
+                    api.post(f"/v1/studies/{study_id}/cancel")
+            self.state[kernel] = "done"
+
+    def report_progress(self, api: Api) -> None:
+        parts = []
+        for kernel, study_id in self.studies.items():
+            p = api.get(f"/v1/studies/{study_id}")["progress"]
+            parts.append(f"{kernel} {p['completed']}+{p['failed']}f/{p['max_trials']}")
+        log("progress " + ", ".join(parts) + f"; repeats {sum(map(len, self.repeats.values()))}")
+
+    def finish(self, api: Api) -> dict[str, Any]:
+        for gpu, process in self.h2h.items():
+            try:
+                process.wait(timeout=max(1.0, self.deadline - 8 - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log(f"head to head on GPU {gpu} still running: stopped (its rounds so far are kept)")
+                process.kill()
+        result: dict[str, Any] = {
+            "gpus": self.gpus,
+            "roles": self.roles,
+            "versus_gpus": self.versus_gpus,
+            "measure": self.profile.measure,
+            "objectives": self.profile.objectives,
+            "sampler": SAMPLER,
+            "worker_mode": self.worker_mode,
+            "events": self.events,
+            "elapsed_s": time.monotonic() - STARTED,
+            "studies": {},
+        }
+        for kernel in self.profile.kernels:
+            entry = collect(api, self.studies[kernel]) if kernel in self.studies else {}
+            entry["repeats"] = [collect(api, r) for r in self.repeats[kernel]]
+            result["studies"][kernel] = entry
+        (OUT / "studies.json").write_text(json.dumps(result, default=str))
+        log("studies collected")
+        for process in self.workers.values():
+            process.terminate()
+        for process in self.workers.values():
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        with open(OUT / "logs.txt", "w") as logs:
+            names = ["service.log", *[f"worker{g}.log" for g in self.workers], *[f"h2h{g}.log" for g in self.h2h]]
+            for name in names:
+                path = self.work / name
+                if path.exists():
+                    text = path.read_text(errors="replace")
+                    logs.write(f"===== {name} ({len(text)} chars, last 40000) =====\n{text[-40000:]}\n")
+        return result
 
 
 def summarize(result: dict[str, Any]) -> None:
-    print(
-        f"\n{'kernel':10} {'trials':>6} {'done':>5} {'fail':>5} {'base_rt':>8} {'best_rt':>8} {'front':>5} {'hv':>7} "
-        f"{'rep_rt':>7} {'rep_E':>7}"
-    )
+    print(f"\n{'kernel':10} {'trials':>6} {'done':>5} {'fail':>5} {'base_rt':>8} {'best_rt':>8} {'front':>5} "
+          f"{'hv':>7} {'rep_rt':>7} {'rep_E':>7} {'tpm':>6}")  # fmt: skip
     for kernel, data in result["studies"].items():
+        if "study" not in data:
+            print(f"{kernel:10} no study")
+            continue
         study, trials = data["study"], data["trials"]
         done = [t for t in trials if t["state"] == "completed" and t.get("values")]
         base = next((t for t in done if t["is_baseline"]), None)
@@ -424,36 +478,52 @@ def summarize(result: dict[str, Any]) -> None:
         reps = [t["values"] for r in data["repeats"] for t in r["trials"] if t.get("values")]
 
         def spread(name: str, reps: list[dict[str, float]] = reps) -> str:
-            vals = [v[name] for v in reps]
+            vals = [v[name] for v in reps if name in v]
             return f"{max(vals) / min(vals) - 1:.4f}" if len(vals) >= 2 else "-"
 
+        times = [(t["started_at"], t["finished_at"]) for t in trials if t.get("finished_at") and t.get("started_at")]
+        tpm = "-"
+        if len(times) >= 2:
+            from datetime import datetime
+
+            first = min(datetime.fromisoformat(s) for s, _ in times)
+            last = max(datetime.fromisoformat(f) for _, f in times)
+            tpm = f"{len(times) / max(1e-9, (last - first).total_seconds()) * 60:.1f}"
         print(
             f"{kernel:10} {len(trials):6d} {len(done):5d} {study['progress']['failed']:5d} "
             f"{base['values']['runtime_ms'] if base else float('nan'):8.4f} {best:8.4f} "
             f"{len(data['front']['trials']):5d} {study.get('hypervolume') or 0:7.4f} "
-            f"{spread('runtime_ms'):>7} {spread('energy_mj'):>7}"
+            f"{spread('runtime_ms'):>7} {spread('energy_mj'):>7} {tpm:>6}"
         )
-    sweep_path = OUT / "sweep.json"
-    if sweep_path.exists():
-        sweep = json.loads(sweep_path.read_text())
-        best = sweep.get("best", {}).get("values", {}).get("runtime_ms")
-        print(
-            f"sweep: {sweep.get('evaluations')} evaluations, {sweep.get('completed')} completed, best {best}; "
-            f"head to head {sweep.get('head_to_head', {}).get('median_runtime_ms')}"
-        )
+    for path in sorted(OUT.glob("h2h_gpu*.json")):
+        h2h = json.loads(path.read_text()).get("head_to_head", {})
+        print(f"{path.name}: rounds {h2h.get('rounds')} medians {json.dumps(h2h.get('median_runtime_ms'))}")
 
 
-OUT = Path(".")
-
-
-def dump_logs_on_failure() -> None:
-    for path in sorted(Path("/tmp/paretune-gpu-run").glob("*.log")):
-        print(f"===== {path.name} =====\n{path.read_text(errors='replace')[-3000:]}", flush=True)
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--trials", type=int, default=60)
+    parser.add_argument("--gemm-trials", type=int, default=67)
+    parser.add_argument("--deadline-s", type=float, default=390)
+    parser.add_argument("--h2h-s", type=float, default=75, help="head to head starts this long before the deadline")
+    parser.add_argument("--preflight-s", type=float, default=120)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--gpus", type=int, default=0)
+    parser.add_argument("--local", action="store_true", help="CPU kernels, to test the script without a GPU")
+    args = parser.parse_args()
+    global OUT
+    OUT = Path(args.out)
+    OUT.mkdir(parents=True, exist_ok=True)
+    run = Run(args)
+    try:
+        result = run.run()
+    except BaseException:
+        for path in sorted(run.work.glob("*.log")):
+            print(f"===== {path.name} =====\n{path.read_text(errors='replace')[-3000:]}", flush=True)
+        raise
+    summarize(result)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        dump_logs_on_failure()
-        raise
+    main()

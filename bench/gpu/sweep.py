@@ -31,7 +31,7 @@ from workers.cache import ArtifactCache  # noqa: E402
 from workers.contract import FailureReason, KernelSpec, MeasureSettings  # noqa: E402
 from workers.kernels import get_builtin  # noqa: E402
 
-OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]
+OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]  # --objectives changes it
 
 
 def space_points(space: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -93,7 +93,7 @@ class Harness:
             row["status"] = "completed"
             row["values"] = {k: m.value for k, m in metrics.items()}
             row["ci"] = {k: [m.ci_low, m.ci_high] for k, m in metrics.items()}
-            hot = next(iter(environment.get("shapes", {}).values()), {}).get("hot", {})
+            hot = _first_hot(environment)
             row["sm_clock_mhz"] = hot.get("sm_clock_mhz")
             row["throttle"] = hot.get("throttle_reasons")
         except TrialFailure as failure:
@@ -104,20 +104,49 @@ class Harness:
         return row
 
 
-def head_to_head(harness: Harness, configs: dict[str, dict[str, Any]], rounds: int) -> dict[str, Any]:
-    """Each configuration measured `rounds` times, interleaved A B A B ..."""
+def _first_hot(environment: dict[str, Any]) -> dict[str, Any]:
+    """The first shape's hot-window environment (GPU backends; empty for others)."""
+    shapes = environment.get("shapes")
+    first = next(iter(shapes.values()), {}) if isinstance(shapes, dict) else {}
+    hot = first.get("hot", {}) if isinstance(first, dict) else {}
+    return hot if isinstance(hot, dict) else {}
+
+
+def head_to_head(
+    harness: Harness,
+    configs: dict[str, dict[str, Any]],
+    rounds: int,
+    deadline: float = float("inf"),
+    on_round: Any = None,
+) -> dict[str, Any]:
+    """Each configuration measured `rounds` times, interleaved A B A B ..., the order of
+    the configurations turned by one each round; stops early (whole rounds) at `deadline`."""
     results: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
-    for _ in range(rounds):
-        for name, config in configs.items():
-            row = harness.evaluate(config)
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {"rounds": 0, "configs": configs, "values": results, "rows": rows}
+    names = list(configs)
+    for index in range(rounds):
+        if time.monotonic() > deadline:
+            summary["stopped"] = f"deadline after {index} of {rounds} rounds"
+            break
+        order = names[index % len(names) :] + names[: index % len(names)]
+        for name in order:
+            row = harness.evaluate(configs[name])
+            rows.append({"round": index, "name": name, **row})
             if row.get("status") == "completed":
                 results[name].append(row["values"])
-    summary: dict[str, Any] = {"rounds": rounds, "configs": configs, "values": results}
-    for name, values in results.items():
+        summary["rounds"] = index + 1
+        _medians(summary)
+        if on_round is not None:
+            on_round(summary)
+    return summary
+
+
+def _medians(summary: dict[str, Any]) -> None:
+    for name, values in summary["values"].items():
         if values:
             runtimes = sorted(v["runtime_ms"] for v in values)
             summary.setdefault("median_runtime_ms", {})[name] = runtimes[len(runtimes) // 2]
-    return summary
 
 
 def main() -> None:
@@ -134,25 +163,33 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only-versus", action="store_true", help="no sweep: head to head of --versus configs")
     parser.add_argument("--failures", default=None, help="JSON {cache_key: message}")
+    parser.add_argument("--objectives", default=",".join(OBJECTIVES))
+    parser.add_argument("--settings", default=None, help="measurement settings as JSON (default: the sweep's)")
     args = parser.parse_args()
+    OBJECTIVES[:] = args.objectives.split(",")
     started = time.monotonic()
     deadline = started + args.deadline_s
     builtin = get_builtin(args.backend, args.kernel)
     assert builtin is not None
-    settings = MeasureSettings(
-        warmup_s=0.1, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=args.hot_window_s
+    settings = (
+        MeasureSettings.model_validate(json.loads(args.settings))
+        if args.settings
+        else MeasureSettings(
+            warmup_s=0.1, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=args.hot_window_s
+        )
     )
     failures = json.loads(Path(args.failures).read_text()) if args.failures else {}
     harness = Harness(args.backend, args.kernel, ArtifactCache(Path(args.cache)), settings, failures)
     if args.only_versus:
         configs = json.loads(Path(args.versus).read_text())
-        result = {
-            "kernel": args.kernel,
-            "settings": settings.model_dump(),
-            "head_to_head": head_to_head(harness, configs, args.rounds),
-        }
-        Path(args.out).write_text(json.dumps(result, default=str))
-        print(json.dumps(result["head_to_head"].get("median_runtime_ms")))
+        result: dict[str, Any] = {"kernel": args.kernel, "settings": settings.model_dump(), "started": time.time()}
+
+        def save(summary: dict[str, Any]) -> None:  # after every round: a kill leaves the rounds done
+            result["head_to_head"] = summary
+            Path(args.out).write_text(json.dumps(result, default=str))
+
+        save(head_to_head(harness, configs, args.rounds, deadline, on_round=save))
+        print(json.dumps(result["head_to_head"].get("median_runtime_ms")), flush=True)
         return
     points = space_points(builtin.space)
     random.Random(args.seed).shuffle(points)

@@ -237,6 +237,25 @@ def test_gpu_option_sets_the_sandboxes_visible_devices(tmp_path, warm):
     assert plane.results[spec.trial_id].metrics["f1"].value == 2
 
 
+def test_a_runner_outlives_the_thread_that_asked_for_it(cache, pool):
+    import threading
+
+    got = {}
+
+    def ask() -> None:
+        got["runner"] = pool.get("run", "python")
+        while got["runner"].ready_info() is None:  # it has set up dying with its parent
+            time.sleep(0.02)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    asker.join()
+    time.sleep(0.5)  # a sandbox dies with the thread that started it, if that were the asker
+    assert got["runner"].alive()
+    pid, calls, _ = whoami(cache, pool)
+    assert pid == got["runner"].pid and calls == 1
+
+
 def test_cpu_lists_parse_like_taskset():
     assert parse_cpus("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
     assert parse_cpus("5") == [5]
