@@ -123,6 +123,16 @@ def gpu_count() -> int:
     return len([line for line in done.stdout.splitlines() if line.startswith("GPU ")])
 
 
+def roles(gpus: int) -> tuple[dict[str, int], list[int]]:
+    """Which GPU each study runs on, and where the GEMM head-to-head runs. The GEMM has a
+    GPU of its own, so its head-to-head can follow it there as soon as it ends."""
+    if gpus >= 3:
+        return {"gemm": 0, "attention": 1, "rmsnorm": 2}, [0, 3] if gpus >= 4 else [0]
+    if gpus == 2:
+        return {"gemm": 0, "attention": 1, "rmsnorm": 1}, [0]
+    return {"gemm": 0, "attention": 0, "rmsnorm": 0}, [0]
+
+
 def cpu_sets(gpu: int, slots: int) -> tuple[str, str]:
     """Disjoint CPUs per GPU: four to measure on, the rest of its share to compile on."""
     cpus = sorted(os.sched_getaffinity(0))
@@ -203,8 +213,7 @@ class Run:
         self.work = Path(tempfile.mkdtemp(prefix="paretune-gpu-run-"))
         self.cache_dir = self.work / "artifacts"
         self.gpus = args.gpus or gpu_count() or (4 if args.local else 1)
-        self.roles = {"gemm": 0, "attention": 1 % self.gpus, "rmsnorm": 2 % self.gpus}
-        self.versus_gpus = sorted({0, 3} if self.gpus >= 4 else {0})
+        self.roles, self.versus_gpus = roles(self.gpus)
         self.slots = self.gpus  # CPU shares, one per GPU
         self.env = {
             **os.environ,
