@@ -101,3 +101,8 @@ def api(database_url: str) -> Iterator[Api]:
 @pytest.fixture
 def fast_expiry_api(database_url: str) -> Iterator[Api]:
     yield from make_api(database_url, lease_s=0.6, reaper_interval_s=0.2)
+
+
+@pytest.fixture
+def two_second_lease_api(database_url: str) -> Iterator[Api]:
+    yield from make_api(database_url, lease_s=2.0, reaper_interval_s=0.2)

@@ -157,14 +157,14 @@ def test_expired_lease_is_requeued_then_failed_after_max_attempts(fast_expiry_ap
     assert done["state"] == "completed" and done["progress"]["failed"] == 1
 
 
-def test_heartbeat_extends_the_lease(fast_expiry_api: Api) -> None:
-    api = fast_expiry_api
+def test_heartbeat_extends_the_lease(two_second_lease_api: Api) -> None:
+    api = two_second_lease_api
     api.create_study(budget={"max_trials": 1}, parallelism=1)
     worker = api.worker()
     held = api.lease(worker)
     assert held is not None
-    for _ in range(6):
-        time.sleep(0.25)
+    for _ in range(8):  # 4 s in all: twice the lease
+        time.sleep(0.5)
         r = api.client.post(f"/v1/leases/{held['token']}/heartbeat", json={"phase": "measure"}, headers=worker[0])
         assert r.status_code == 200 and r.json()["cancel"] is False
     assert api.post_result(worker, held["token"], result_for(held["trial"])).status_code == 200
