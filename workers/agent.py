@@ -455,7 +455,7 @@ class Agent:
         held.deadline = sent + held.lease_s
         held.next_beat = sent + held.heartbeat_s
         if reply.cancel:
-            held.drop("the study was cancelled or paused")
+            held.drop("the study was cancelled")
 
     def _drop_all(self, why: str) -> None:
         with self.held_lock:
