@@ -11,6 +11,7 @@ still running is cancelled and what there is is written under OUT: studies.json 
 trials with details, fronts, repeats), h2h_gpu<N>.json, driver.log, logs.txt.
 
     python3 bench/gpu/run_studies.py OUT [--trials 60] [--gemm-trials 67] [--deadline-s 390]
+    python3 bench/gpu/run_studies.py OUT --kernels gemm --repeats 1 --sampler '{"name": "tpe", ...}'
     python bench/gpu/run_studies.py OUT --local    # the same on CPU kernels, to test the script
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
 import json
 import os
 import subprocess
@@ -208,12 +210,16 @@ def finished(study: dict[str, Any]) -> bool:
 class Run:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.profile = LOCAL if args.local else GPU
+        profile = LOCAL if args.local else GPU
+        kernels = {k: v for k, v in profile.kernels.items() if k in args.kernels.split(",")}
+        self.profile = dataclasses.replace(profile, kernels=kernels)
+        self.sampler: dict[str, Any] = json.loads(args.sampler) if args.sampler else SAMPLER
         self.deadline = STARTED + args.deadline_s
         self.work = Path(tempfile.mkdtemp(prefix="paretune-gpu-run-"))
         self.cache_dir = self.work / "artifacts"
         self.gpus = args.gpus or gpu_count() or (4 if args.local else 1)
-        self.roles, self.versus_gpus = roles(self.gpus)
+        all_roles, self.versus_gpus = roles(self.gpus)
+        self.roles = {k: gpu for k, gpu in all_roles.items() if k in self.profile.kernels}
         self.slots = self.gpus  # CPU shares, one per GPU
         self.env = {
             **os.environ,
@@ -328,12 +334,13 @@ class Run:
             study = api.get(f"/v1/studies/{self.studies[kernel]}")
             trials = self.trials_for(kernel)
             done = study["progress"]["completed"] + study["progress"]["failed"]
-            marks = [round(i * trials / REPEATS) for i in range(1, REPEATS)]
+            repeats = self.args.repeats
+            marks = [round(i * trials / repeats) for i in range(1, repeats)]
             started = self.study_started[kernel]
             span = max(1.0, self.deadline - self.args.h2h_s - started)
-            while len(self.repeats[kernel]) < REPEATS:
+            while len(self.repeats[kernel]) < repeats:
                 index = len(self.repeats[kernel])  # the next repeat is due at a mark or, failing that, a time
-                if done < marks[index - 1] and now < started + index * span / REPEATS:
+                if done < marks[index - 1] and now < started + index * span / repeats:
                     break
                 self.add_repeat(api, kernel)
             if finished(study):
@@ -342,7 +349,7 @@ class Run:
 
     def start_study(self, api: Api, kernel: str) -> None:
         trials = self.trials_for(kernel)
-        doc = self.document(kernel, trials, f"H200 {self.profile.kernels[kernel][1]}", SAMPLER)
+        doc = self.document(kernel, trials, f"H200 {self.profile.kernels[kernel][1]}", self.sampler)
         self.studies[kernel] = api.post("/v1/studies", doc)["id"]
         self.study_started[kernel] = time.monotonic()
         self.state[kernel] = "study"
@@ -399,8 +406,8 @@ class Run:
             now = time.monotonic()
             for kernel in self.profile.kernels:
                 self.step(api, kernel, now)
-            gemm_quiet = self.state["gemm"] == "done" and not self.repeats_open(api, "gemm")
-            if not self.h2h and (gemm_quiet or now > h2h_at):
+            gemm_quiet = self.state.get("gemm") == "done" and not self.repeats_open(api, "gemm")
+            if "gemm" in self.state and not self.h2h and (gemm_quiet or now > h2h_at):
                 self.cancel(api, ["gemm"])
                 self.start_head_to_head(api)
             if now - last_report > 15:
@@ -409,7 +416,7 @@ class Run:
             everything_done = all(s == "done" for s in self.state.values()) and not any(
                 self.repeats_open(api, k) for k in self.profile.kernels
             )
-            h2h_done = self.h2h and all(p.poll() is not None for p in self.h2h.values())
+            h2h_done = "gemm" not in self.state or (self.h2h and all(p.poll() is not None for p in self.h2h.values()))
             if (everything_done and h2h_done) or now > stop_at:
                 break
             time.sleep(1.0)
@@ -444,7 +451,7 @@ class Run:
             "versus_gpus": self.versus_gpus,
             "measure": self.profile.measure,
             "objectives": self.profile.objectives,
-            "sampler": SAMPLER,
+            "sampler": self.sampler,
             "worker_mode": self.worker_mode,
             "events": self.events,
             "elapsed_s": time.monotonic() - STARTED,
@@ -519,6 +526,9 @@ def main() -> None:
     parser.add_argument("--preflight-s", type=float, default=120)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--gpus", type=int, default=0)
+    parser.add_argument("--kernels", default="gemm,attention,rmsnorm", help="which studies run (comma separated)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="one-trial repeats of the baseline per kernel")
+    parser.add_argument("--sampler", default="", help="the studies' sampler as JSON (default: SAMPLER)")
     parser.add_argument("--local", action="store_true", help="CPU kernels, to test the script without a GPU")
     args = parser.parse_args()
     global OUT
