@@ -42,6 +42,26 @@ _POLL_S = 0.02
 _serial = itertools.count(1)
 
 
+def wait_until(
+    done: Callable[[], bool],
+    started: float,
+    timeout_s: float,
+    cancel: threading.Event | None,
+    on_progress: Callable[[], None] | None,
+    poll_s: float = _POLL_S,
+) -> tuple[bool, bool]:
+    """Poll until `done()`; returns (timed_out, abandoned) for a time-out or a cancel."""
+    while not done():
+        if cancel is not None and cancel.is_set():
+            return False, True
+        if time.monotonic() - started > timeout_s:
+            return True, False
+        if on_progress is not None:
+            on_progress()
+        time.sleep(poll_s)
+    return False, False
+
+
 @dataclass
 class Served:
     """How one job on a runner ended, before the result file is read."""
@@ -197,17 +217,9 @@ class WarmRunner:
             self.proc.stdin.flush()
         except OSError:
             pass  # it died just now: found below
-        timed_out = abandoned = False
-        while not result_path.exists() and self.proc.poll() is None:
-            if cancel is not None and cancel.is_set():
-                abandoned = True
-                break
-            if time.monotonic() - started > timeout_s:
-                timed_out = True
-                break
-            if on_progress is not None:
-                on_progress()
-            time.sleep(_POLL_S)
+        timed_out, abandoned = wait_until(
+            lambda: result_path.exists() or self.proc.poll() is not None, started, timeout_s, cancel, on_progress
+        )
         clean = not (timed_out or abandoned) and self.proc.poll() is None
         if clean:
             self._kill_strays()

@@ -33,7 +33,7 @@ from workers.backends import BackendUnavailable, get_backend, needs_compile
 from workers.backends.base import CompiledKernel, TrialFailure
 from workers.cache import ArtifactCache
 from workers.contract import FailureReason, Metric, TrialResult, TrialSpec
-from workers.runner import RunnerPool, WarmRunner
+from workers.runner import RunnerPool, WarmRunner, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -158,18 +158,8 @@ def _run_fresh(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    timed_out = abandoned = False
     progress = _progress(jobdir, on_phase)
-    while proc.poll() is None:
-        if cancel is not None and cancel.is_set():
-            abandoned = True
-            break
-        if time.monotonic() - started > timeout_s:
-            timed_out = True
-            break
-        if progress is not None:
-            progress()
-        time.sleep(_POLL_S)
+    timed_out, abandoned = wait_until(lambda: proc.poll() is not None, started, timeout_s, cancel, progress, _POLL_S)
     _kill_group(proc.pid)  # the process on a timeout; strays it left behind otherwise
     returncode = proc.wait()
     wall_s = time.monotonic() - started
