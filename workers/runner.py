@@ -217,8 +217,9 @@ class WarmRunner:
             self.proc.stdin.flush()
         except OSError:
             pass  # it died just now: found below
+        proc = self.proc
         timed_out, abandoned = wait_until(
-            lambda: result_path.exists() or self.proc.poll() is not None, started, timeout_s, cancel, on_progress
+            lambda: result_path.exists() or proc.poll() is not None, started, timeout_s, cancel, on_progress
         )
         clean = not (timed_out or abandoned) and self.proc.poll() is None
         if clean:
