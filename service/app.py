@@ -167,6 +167,8 @@ def write_with_study(state: AppState, work: Callable[[Any], Any], study_id: int 
     try:
         with state.db.write() as session:
             return work(session)
+    except ApiError:
+        raise  # refused before any sampler was asked: the mirrors are untouched
     except Exception:
         if study_id is None:
             state.cache = scheduler.MirrorCache(state.cache.capacity)
