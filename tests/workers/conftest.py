@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -107,3 +108,12 @@ def cache(tmp_path: Path) -> ArtifactCache:
 @pytest.fixture
 def spec_factory() -> Callable[..., TrialSpec]:
     return make_spec
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (ProcessLookupError, OSError):
+        return False

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PLANTED, cpu_source_kernel, make_spec, python_kernel
+from conftest import PLANTED, cpu_source_kernel, make_spec, process_alive, python_kernel
+from helpers import wait_for
 from worker_plane import Plane, PlaneServer
 
 from workers.agent import AgentConfig, run_agent, start_agent_thread
@@ -186,13 +187,6 @@ def _start_worker_process(server: PlaneServer, tmp_path: Path, *extra: str) -> s
     )
 
 
-def _wait_for(predicate, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_sigterm_finishes_the_held_trial_then_exits(tmp_path):
     specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 1.5}, objectives=["f1"]) for _ in range(4)]
     plane = Plane(heartbeat_s=0.2)
@@ -200,7 +194,8 @@ def test_sigterm_finishes_the_held_trial_then_exits(tmp_path):
     with PlaneServer(plane) as server:
         proc = _start_worker_process(server, tmp_path)
         try:
-            _wait_for(lambda: any(phase == "measure" for _, _, phase in plane.heartbeats))
+            wait_for(lambda: any(phase == "measure" for _, _, phase in plane.heartbeats), 30,
+                     "a heartbeat in the measure phase")
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 0
         finally:
@@ -221,7 +216,8 @@ def test_second_sigterm_aborts_and_the_lease_expires(tmp_path):
     with PlaneServer(plane) as server:
         proc = _start_worker_process(server, tmp_path)
         try:
-            _wait_for(lambda: any(phase == "measure" for _, _, phase in plane.heartbeats))
+            wait_for(lambda: any(phase == "measure" for _, _, phase in plane.heartbeats), 30,
+                     "a heartbeat in the measure phase")
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.5)
             proc.send_signal(signal.SIGTERM)
@@ -230,7 +226,7 @@ def test_second_sigterm_aborts_and_the_lease_expires(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        _wait_for(lambda: plane.lease(worker_id=1, wait_s=0.1) is not None, timeout=10)
+        wait_for(lambda: plane.lease(worker_id=1, wait_s=0.1) is not None, 10, "the handed-back trial to be leasable")
     assert spec.trial_id in plane.expired and not plane.results
 
 
@@ -241,7 +237,7 @@ def test_agent_registers_again_when_the_service_forgot_it(tmp_path):
     plane.add(first)
     with PlaneServer(plane) as server:
         handle = start_agent_thread(_config(server, tmp_path, max_trials=2))
-        _wait_for(lambda: first.trial_id in plane.results)
+        wait_for(lambda: first.trial_id in plane.results, 30, "the first trial's result")
         plane.known_workers.clear()  # as after a restore of the service's database
         time.sleep(0.6)  # let the long-poll already in flight (wait_s=0.2) end
         plane.add(second)
@@ -261,20 +257,14 @@ def test_sandbox_dies_with_a_killed_agent(tmp_path, warm):
     with PlaneServer(plane) as server:
         proc = _start_worker_process(server, tmp_path, "--warm" if warm else "--no-warm")
         try:
-            _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "", 30,
+                     "the sandbox to write its pid")
             sandbox_pid = int(pid_file.read_text())
             proc.kill()
             proc.wait(timeout=10)
-            _wait_for(lambda: not _alive(sandbox_pid), timeout=5)
+            wait_for(lambda: not process_alive(sandbox_pid), 5, "the sandbox to die with the agent")
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except (ProcessLookupError, OSError):
-        return False

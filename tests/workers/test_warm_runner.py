@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PLANTED, cpu_source_kernel, make_spec, python_kernel
+from conftest import PLANTED, cpu_source_kernel, make_spec, process_alive, python_kernel
 from worker_plane import Plane, PlaneServer
 
 from workers.agent import Agent, AgentConfig, run_agent
@@ -30,14 +30,6 @@ def whoami(cache, pool, tag: str = ""):
     result = execute_trial(spec, cache, runners=pool)
     assert result is not None and result.status == "completed", result and (result.message + result.log)
     return int(result.metrics["pid"].value), int(result.metrics["calls"].value), result
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except (ProcessLookupError, OSError):
-        return False
 
 
 def test_one_runner_process_serves_several_trials(cache, pool):
@@ -74,7 +66,7 @@ def test_a_crash_fails_only_its_trial_and_the_next_gets_a_new_runner(cache, pool
     assert "SIGSEGV" in crashed.message
     assert "about to read address 0" in crashed.log
     assert "trial output before" not in crashed.log  # only the crashed trial's output
-    assert not _alive(before)
+    assert not process_alive(before)
     after, calls, _ = whoami(cache, pool, tag="after")
     assert after != before and calls == 1
 
@@ -95,7 +87,7 @@ def test_a_hang_is_killed_at_the_run_timeout(cache, pool):
     assert result.failure_reason == FailureReason.TIMEOUT
     assert "run_timeout_s=1.5" in result.message
     assert 1.5 <= time.monotonic() - started < 10
-    assert not _alive(before)
+    assert not process_alive(before)
     after, calls, _ = whoami(cache, pool)
     assert after != before and calls == 1
 
@@ -145,9 +137,9 @@ def test_processes_a_trial_leaves_behind_are_killed(cache, pool, tmp_path):
     assert execute_trial(spec, cache, runners=pool).status == "completed"
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while process_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child)
+    assert not process_alive(child)
 
 
 def test_a_runner_that_cannot_start_fails_the_trial_as_a_crash(cache, tmp_path):

@@ -34,6 +34,7 @@ import numpy as np
 
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
+from workers.fingerprint import cpu_model
 from workers.kernels import get_builtin
 from workers.kernels.cpu.problems import Case, Problem, get_problem
 from workers.measure import rapl, timing
@@ -159,7 +160,7 @@ class CpuBackend(Backend):
             "cc": self.compiler_version,
             # -march=native means "this CPU": the same flags build different code elsewhere
             "machine": platform.machine(),
-            "cpu": _cpu_model() if config.get("march_native") else "",
+            "cpu": cpu_model() if config.get("march_native") else "",
         }
         blob = json.dumps(identity, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()
@@ -363,16 +364,6 @@ def _environment(
     if "flush_bytes" in series:
         environment["cold_flush_bytes"] = int(series["flush_bytes"][0][0])
     return environment
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _cpu_mhz() -> float | None:
