@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -19,14 +19,8 @@ from service import fronts, scheduler, studies
 from service.config import Settings
 from service.errors import Conflict
 from service.store.db import lock_study, next_seq
-from service.store.models import Study, Trial, Worker, utcnow
+from service.store.models import Study, Trial, Worker, as_utc, utcnow
 from workers import contract as wire
-
-
-def _aware(moment: datetime | None) -> datetime | None:
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment
 
 
 def acquire(session: Session, worker: Worker, settings: Settings) -> tuple[Trial, Study] | None:
@@ -88,7 +82,7 @@ def heartbeat(session: Session, token: str, worker: Worker, phase: str | None,
               settings: Settings) -> wire.HeartbeatResponse:
     trial = _live_trial(session, token, worker)
     now = utcnow()
-    expires = _aware(trial.lease_expires_at)
+    expires = trial.lease_expires_at and as_utc(trial.lease_expires_at)
     if trial.state != "running" or expires is None or expires < now:
         raise Conflict("the lease has expired; drop this trial", field="token")
     trial.lease_expires_at = now + timedelta(seconds=settings.lease_s)
@@ -110,7 +104,7 @@ def record_result(session: Session, cache: scheduler.MirrorCache, token: str, wo
     study = lock_study(session, trial.study_id)
     assert study is not None
     session.refresh(trial, with_for_update=session.get_bind().dialect.name == "postgresql")
-    expires = _aware(trial.lease_expires_at)
+    expires = trial.lease_expires_at and as_utc(trial.lease_expires_at)
     if trial.state != "running" or trial.lease_token != token or expires is None or expires < utcnow():
         raise Conflict("the lease has expired; the trial was handed back to the queue", field="token")
     mirror = cache.get(session, study)  # sync before this trial's row changes
@@ -229,16 +223,11 @@ def _expire_one(session: Session, study: Study, trial: Trial) -> None:
 def check_wall_time(session: Session, cache: scheduler.MirrorCache) -> None:
     """Finish running studies whose wall-time limit has passed."""
     candidates = session.execute(
-        select(Study.id, Study.created_at, Study.wall_time_s).where(
-            Study.state.in_(("running", "paused")), Study.wall_time_s.is_not(None)
-        )
-    ).all()
-    now = utcnow()
-    for row in candidates:
-        created = _aware(row.created_at)
-        assert created is not None
-        if (now - created).total_seconds() > row.wall_time_s:
-            study = lock_study(session, row.id)
+        select(Study).where(Study.state.in_(("running", "paused")), Study.wall_time_s.is_not(None))
+    ).scalars().all()
+    for candidate in candidates:
+        if studies.past_wall_time(candidate):
+            study = lock_study(session, candidate.id)
             if study is not None:
                 studies.settle(session, study)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -13,13 +12,9 @@ from service import scheduler
 from service.domain import study_doc as sd
 from service.errors import Conflict, Invalid
 from service.store.db import lock_study, next_seq
-from service.store.models import Study, Trial, utcnow
+from service.store.models import Study, Trial, as_utc, utcnow
 
 SPACE = TypeAdapter(list[sd.Parameter])
-
-
-def _as_utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def builtin_kernel(backend: str, name: str) -> Any:
@@ -143,7 +138,7 @@ def active_count(study: Study) -> int:
 def past_wall_time(study: Study) -> bool:
     if study.wall_time_s is None:
         return False
-    return (utcnow() - _as_utc(study.created_at)).total_seconds() > study.wall_time_s
+    return (utcnow() - as_utc(study.created_at)).total_seconds() > study.wall_time_s
 
 
 def refill(session: Session, cache: scheduler.MirrorCache, study: Study) -> int:

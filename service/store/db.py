@@ -76,7 +76,8 @@ def _make_engine(url: str) -> Engine:
 
 def lock_study(session: Session, study_id: int) -> Study | None:
     """Lock a study row for the rest of the transaction: serialises ask/tell per study."""
-    stmt = select(Study).where(Study.id == study_id)
+    # populate_existing: a row this session already holds is re-read under the lock
+    stmt = select(Study).where(Study.id == study_id).execution_options(populate_existing=True)
     if session.get_bind().dialect.name == "postgresql":
         stmt = stmt.with_for_update()
     return session.execute(stmt).scalar_one_or_none()
