@@ -10,8 +10,14 @@ other repeats follow at even steps of the study's progress. At `--deadline-s` ev
 still running is cancelled and what there is is written under OUT: studies.json (studies,
 trials with details, fronts, repeats), h2h_gpu<N>.json, driver.log, logs.txt.
 
+Studies that share a GPU run one after the other, so each has the GPU to itself. With
+`--sweep`, the GEMM's whole space is also swept on the study's own GPU once the study is over
+(compiled ahead meanwhile into a cache of the sweep's own), and the sweep ends with the
+head-to-head of its best, the study's best and the baseline (sweep.json).
+
     python3 bench/gpu/run_studies.py OUT [--trials 60] [--gemm-trials 67] [--deadline-s 390]
     python3 bench/gpu/run_studies.py OUT --kernels gemm --repeats 1 --sampler '{"name": "tpe", ...}'
+    python3 bench/gpu/run_studies.py OUT --sweep --deadline-s 560
     python bench/gpu/run_studies.py OUT --local    # the same on CPU kernels, to test the script
 """
 
@@ -21,10 +27,12 @@ import argparse
 import atexit
 import dataclasses
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +212,66 @@ def finished(study: dict[str, Any]) -> bool:
     return study["state"] not in ("running", "paused")
 
 
+# --- compile ahead for the sweep ----------------------------------------------------------
+
+
+def _compile_one(job: tuple[str, str, dict[str, Any], str]) -> tuple[str, str | None]:
+    """One configuration into the artifact cache: (cache key, compile error or None)."""
+    from workers.backends import get_backend
+    from workers.backends.base import TrialFailure
+    from workers.cache import ArtifactCache
+    from workers.contract import KernelSpec
+
+    backend_name, builtin, config, cache_dir = job
+    backend = get_backend(backend_name)
+    spec = KernelSpec(backend=backend_name, builtin=builtin)
+    cache = ArtifactCache(Path(cache_dir))
+    key = backend.cache_key(spec, config)
+    if cache.lookup(key) is not None:
+        return key, None
+    staging = cache.staging()
+    try:
+        built = backend.compile(spec, config, staging)
+    except TrialFailure as failure:
+        cache.discard(staging)
+        return key, failure.message
+    cache.commit(key, built)
+    return key, None
+
+
+def _pin(cpus: list[int]) -> None:
+    os.sched_setaffinity(0, cpus)
+
+
+def compile_ahead(backend: str, builtin: str, cache_dir: Path, gpu: int, cpus: list[int]) -> dict[str, str]:
+    """Every point of a built-in's space into `cache_dir`, in parallel on `cpus`: the
+    compile errors by cache key."""
+    sys.path.insert(0, str(REPO / "bench" / "gpu"))
+    from sweep import space_points
+
+    from workers.kernels import get_builtin
+
+    kernel = get_builtin(backend, builtin)
+    assert kernel is not None
+    jobs = [(backend, builtin, config, str(cache_dir)) for config in space_points(kernel.space)]
+    failures: dict[str, str] = {}
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # inherited by the pool's processes
+    try:
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(max(1, min(8, len(cpus))), initializer=_pin, initargs=(cpus,)) as pool:
+            for key, message in pool.imap_unordered(_compile_one, jobs, chunksize=2):
+                if message:
+                    failures[key] = message
+    finally:
+        if previous is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+    log(f"compiled ahead for the sweep: {len(jobs)} configurations, {len(failures)} compile errors")
+    return failures
+
+
 # --- the run -----------------------------------------------------------------------------
 
 
@@ -231,7 +299,14 @@ class Run:
         self.worker_mode: dict[int, str] = {}
         self.studies: dict[str, int] = {}
         self.repeats: dict[str, list[int]] = {k: [] for k in self.profile.kernels}
-        self.state = {k: "preflight" for k in self.profile.kernels}
+        self.state: dict[str, str] = {}
+        for kernel in self.profile.kernels:  # one study per GPU at a time: the others queue
+            busy = any(self.roles[other] == self.roles[kernel] for other in self.state)
+            self.state[kernel] = "queued" if busy else "preflight"
+        self.sweep: subprocess.Popen | None = None
+        self.sweep_cache = self.work / "sweep-artifacts"
+        self.sweep_failures = self.work / "sweep-failures.json"
+        self.compiled_ahead = threading.Event()
         self.h2h: dict[int, subprocess.Popen] = {}
         self.events: list[dict[str, Any]] = []
         self.preflight_since: dict[str, float] = {}
@@ -314,6 +389,14 @@ class Run:
     def step(self, api: Api, kernel: str, now: float) -> None:
         """Advance one kernel: preflight repeat, then the study with repeats at even steps."""
         state = self.state[kernel]
+        if state == "queued":
+            gpu = self.roles[kernel]
+            sharing = [k for k in self.profile.kernels if self.roles[k] == gpu]
+            earlier = sharing[: sharing.index(kernel)]
+            if all(self.state[k] == "done" for k in earlier) and not any(self.repeats_open(api, k) for k in earlier):
+                self.state[kernel] = "preflight"
+                log(f"{kernel}: GPU {gpu} is free; starting")
+            return
         if state == "preflight":
             if not self.repeats[kernel]:
                 self.add_repeat(api, kernel)
@@ -391,6 +474,59 @@ class Run:
                 stderr=subprocess.STDOUT,
             )
 
+    # -- sweep ----------------------------------------------------------------------------
+
+    def start_compile_ahead(self) -> None:
+        """The sweep's artifacts, compiled on the GEMM GPU's compile CPUs while its study runs."""
+        backend, builtin = self.profile.kernels["gemm"]
+        gpu = self.roles["gemm"]
+        _, compile_ = cpu_sets(gpu, self.slots)
+        cpus = [int(c) for c in compile_.split(",") if c]
+
+        def work() -> None:
+            try:
+                failures = compile_ahead(backend, builtin, self.sweep_cache, gpu, cpus)
+                self.sweep_failures.write_text(json.dumps(failures))
+            except Exception as exc:  # the sweep then compiles what it needs itself
+                log(f"compile ahead failed: {exc!r}")
+            finally:
+                self.compiled_ahead.set()
+
+        threading.Thread(target=work, daemon=True).start()
+
+    def start_sweep(self, api: Api) -> None:
+        """The GEMM's exhaustive sweep on the study's GPU, ending with the head-to-head of the
+        sweep's best, the study's best and the baseline."""
+        if not self.compiled_ahead.wait(timeout=60):  # the sweep compiles what is missing itself
+            log("compile ahead still running; the sweep starts without its compile errors")
+        configs = {"baseline": self.profile.baseline}
+        best = api.get(f"/v1/studies/{self.studies['gemm']}/trials", sort="runtime_ms", limit=1)["items"]
+        if best and best[0].get("values"):
+            configs["study_best"] = best[0]["config"]
+        versus = self.work / "versus.json"
+        versus.write_text(json.dumps(configs))
+        gpu = self.roles["gemm"]
+        measure, compile_ = cpu_sets(gpu, self.slots)
+        cpus = [int(c) for c in f"{measure},{compile_}".split(",") if c]
+        backend, builtin = self.profile.kernels["gemm"]
+        command = [
+            sys.executable, str(REPO / "bench" / "gpu" / "sweep.py"), "--kernel", builtin, "--backend", backend,
+            "--cache", str(self.sweep_cache), "--out", str(OUT / "sweep.json"), "--versus", str(versus),
+            "--rounds", str(self.args.rounds), "--deadline-s", f"{max(5.0, self.deadline - 15 - time.monotonic()):.0f}",
+            "--objectives", ",".join(self.profile.objectives), "--settings", json.dumps(self.profile.measure),
+        ]  # fmt: skip
+        if self.sweep_failures.exists():
+            command += ["--failures", str(self.sweep_failures)]
+        log(f"sweep on GPU {gpu}, then head to head with {json.dumps(configs)}")
+        self.sweep = spawn(
+            command,
+            env={**self.env, "CUDA_VISIBLE_DEVICES": str(gpu)},
+            preexec_fn=lambda cpus=cpus: os.sched_setaffinity(0, cpus),  # type: ignore[misc]
+            cwd=REPO,
+            stdout=open(self.work / "sweep.log", "w"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+
     # -- main loop ------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
@@ -399,6 +535,8 @@ class Run:
         for gpu in sorted(set(self.roles.values())):
             self.start_worker(gpu)
         log("service up, workers started")
+        if self.args.sweep and "gemm" in self.profile.kernels:
+            self.start_compile_ahead()
         h2h_at = self.deadline - self.args.h2h_s
         stop_at = self.deadline - 20
         last_report = 0.0
@@ -407,16 +545,20 @@ class Run:
             for kernel in self.profile.kernels:
                 self.step(api, kernel, now)
             gemm_quiet = self.state.get("gemm") == "done" and not self.repeats_open(api, "gemm")
-            if "gemm" in self.state and not self.h2h and (gemm_quiet or now > h2h_at):
+            if "gemm" in self.state and not self.h2h and not self.sweep and (gemm_quiet or now > h2h_at):
                 self.cancel(api, ["gemm"])
-                self.start_head_to_head(api)
+                if self.args.sweep:
+                    self.start_sweep(api)
+                else:
+                    self.start_head_to_head(api)
             if now - last_report > 15:
                 last_report = now
                 self.report_progress(api)
             everything_done = all(s == "done" for s in self.state.values()) and not any(
                 self.repeats_open(api, k) for k in self.profile.kernels
             )
-            h2h_done = "gemm" not in self.state or (self.h2h and all(p.poll() is not None for p in self.h2h.values()))
+            comparisons = [*self.h2h.values(), *([self.sweep] if self.sweep else [])]
+            h2h_done = "gemm" not in self.state or (comparisons and all(p.poll() is not None for p in comparisons))
             if (everything_done and h2h_done) or now > stop_at:
                 break
             time.sleep(1.0)
@@ -439,11 +581,14 @@ class Run:
         log("progress " + ", ".join(parts) + f"; repeats {sum(map(len, self.repeats.values()))}")
 
     def finish(self, api: Api) -> dict[str, Any]:
-        for gpu, process in self.h2h.items():
+        running = {f"head to head on GPU {gpu}": p for gpu, p in self.h2h.items()}
+        if self.sweep:
+            running["sweep"] = self.sweep
+        for name, process in running.items():
             try:
                 process.wait(timeout=max(1.0, self.deadline - 8 - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log(f"head to head on GPU {gpu} still running: stopped (its rounds so far are kept)")
+                log(f"{name} still running: stopped (what it wrote so far is kept)")
                 process.kill()
         result: dict[str, Any] = {
             "gpus": self.gpus,
@@ -472,6 +617,7 @@ class Run:
                 process.kill()
         with open(OUT / "logs.txt", "w") as logs:
             names = ["service.log", *[f"worker{g}.log" for g in self.workers], *[f"h2h{g}.log" for g in self.h2h]]
+            names += ["sweep.log"] if self.sweep else []
             for name in names:
                 path = self.work / name
                 if path.exists():
@@ -511,7 +657,7 @@ def summarize(result: dict[str, Any]) -> None:
             f"{len(data['front']['trials']):5d} {study.get('hypervolume') or 0:7.4f} "
             f"{spread('runtime_ms'):>7} {spread('energy_mj'):>7} {tpm:>6}"
         )
-    for path in sorted(OUT.glob("h2h_gpu*.json")):
+    for path in sorted(OUT.glob("h2h_gpu*.json")) + sorted(OUT.glob("sweep.json")):
         h2h = json.loads(path.read_text()).get("head_to_head", {})
         print(f"{path.name}: rounds {h2h.get('rounds')} medians {json.dumps(h2h.get('median_runtime_ms'))}")
 
@@ -530,6 +676,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=REPEATS, help="one-trial repeats of the baseline per kernel")
     parser.add_argument("--sampler", default="", help="the studies' sampler as JSON (default: SAMPLER)")
     parser.add_argument("--local", action="store_true", help="CPU kernels, to test the script without a GPU")
+    parser.add_argument("--sweep", action="store_true", help="sweep the GEMM's space on its GPU after its study")
     args = parser.parse_args()
     global OUT
     OUT = Path(args.out)
