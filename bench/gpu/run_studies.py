@@ -68,7 +68,7 @@ class Profile:
 GPU = Profile(
     kernels={"gemm": ("triton", "gemm_bf16"), "attention": ("triton", "attention_fwd"), "rmsnorm": ("cuda", "rmsnorm")},
     objectives=["runtime_ms", "energy_mj", "p99_ms"],
-    measure={"warmup_s": 0.1, "min_repeats": 20, "max_repeats": 2000, "target_s": 0.2, "hot_window_s": 0.6},
+    measure={"warmup_s": 0.1, "min_repeats": 20, "max_repeats": 2000, "target_s": 0.2, "hot_window_s": 1.0},
     sweep_best=SWEEP_BEST,
     baseline={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3},
     limits={"compile_timeout_s": 300, "run_timeout_s": 120, "max_attempts": 2},
@@ -280,7 +280,8 @@ class Run:
         self.args = args
         profile = LOCAL if args.local else GPU
         kernels = {k: v for k, v in profile.kernels.items() if k in args.kernels.split(",")}
-        self.profile = dataclasses.replace(profile, kernels=kernels)
+        measure = {**profile.measure, **({"hot_window_s": args.hot_window_s} if args.hot_window_s else {})}
+        self.profile = dataclasses.replace(profile, kernels=kernels, measure=measure)
         self.sampler: dict[str, Any] = json.loads(args.sampler) if args.sampler else SAMPLER
         self.deadline = STARTED + args.deadline_s
         self.work = Path(tempfile.mkdtemp(prefix="paretune-gpu-run-"))
@@ -676,6 +677,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=REPEATS, help="one-trial repeats of the baseline per kernel")
     parser.add_argument("--sampler", default="", help="the studies' sampler as JSON (default: SAMPLER)")
     parser.add_argument("--local", action="store_true", help="CPU kernels, to test the script without a GPU")
+    parser.add_argument("--hot-window-s", type=float, default=0.0, help="the studies' hot window (default 1.0 s)")
     parser.add_argument("--sweep", action="store_true", help="sweep the GEMM's space on its GPU after its study")
     args = parser.parse_args()
     global OUT

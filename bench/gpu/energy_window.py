@@ -1,0 +1,157 @@
+"""How long a hot window energy per call needs, from raw NVML counter ticks.
+
+Each round measures a few configurations of a built-in kernel through the backend's own
+measurement (compile, then `measure` as a trial runs it), with an idle gap before each as
+between trials, and a long hot window. The NVML counter ticks and the CUDA-graph replay
+timings of every hot window are kept, so shorter windows and other estimators can be
+computed afterwards from the same data: a shorter window is the long one cut short (the GPU
+does not know that more work follows).
+
+Estimators, for a window of W seconds that skips its first S seconds:
+- `rate`: energy between the first and last counter tick inside [start + S, start + W],
+  divided by that span over the window's mean time per call (what the harness does);
+- `counted`: the same energy over the calls that ran between those two ticks, counted from
+  the replays' GPU timestamps.
+
+    python3 bench/gpu/energy_window.py --out energy.json [--rounds 10] [--window-s 1.6]
+    python3 bench/gpu/energy_window.py --analyse energy.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+CONFIGS = {
+    "baseline": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3},
+    "best": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
+    "small_tiles": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4},
+}
+WINDOWS = (0.6, 1.0, 1.6)
+SKIPS = (0.0, 0.2, 0.3)
+
+
+def record(args: argparse.Namespace) -> None:
+    from workers.backends import get_backend
+    from workers.cache import ArtifactCache
+    from workers.contract import KernelSpec, MeasureSettings
+    from workers.measure import gpu_harness
+
+    captured: dict[str, Any] = {}
+    real_hot_window, real_energy_window = gpu_harness.hot_window, gpu_harness.energy_window
+
+    def hot_window(*a: Any, **k: Any) -> Any:
+        window = real_hot_window(*a, **k)
+        captured["replay_ms"] = [ms * window.calls_per_replay for ms in window.per_call_ms]
+        captured.update(
+            busy_start=window.busy_start, busy_end=window.busy_end, calls_per_replay=window.calls_per_replay
+        )
+        return window
+
+    def energy_window(ticks: Any, busy_start: float, busy_end: float) -> Any:
+        captured["ticks"] = [[t.t, t.energy_mj] for t in ticks if busy_start - 0.5 < t.t < busy_end + 0.5]
+        return real_energy_window(ticks, busy_start, busy_end)
+
+    gpu_harness.hot_window, gpu_harness.energy_window = hot_window, energy_window
+    backend = get_backend(args.backend)
+    spec = KernelSpec(backend=args.backend, builtin=args.kernel)
+    cache = ArtifactCache(Path(args.cache))
+    settings = MeasureSettings(warmup_s=0.1, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=args.window_s)
+    built = {}
+    for name, config in CONFIGS.items():
+        key = backend.cache_key(spec, config)
+        built[name] = cache.lookup(key) or cache.commit(key, backend.compile(spec, config, cache.staging()))
+    rows = []
+    names = list(CONFIGS)
+    for index in range(args.rounds):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            time.sleep(args.gap_s)  # idle, as between two trials
+            captured.clear()
+            metrics, environment = backend.measure(
+                spec, CONFIGS[name], built[name], ["runtime_ms", "energy_mj", "p99_ms"], settings
+            )
+            hot = next(iter(environment["shapes"].values()))["hot"]
+            rows.append(
+                {
+                    "round": index,
+                    "name": name,
+                    "runtime_ms": metrics["runtime_ms"].value,
+                    "energy_mj": metrics["energy_mj"].value if "energy_mj" in metrics else None,
+                    "sm_clock_mhz": hot.get("sm_clock_mhz"),
+                    "temperature_c": hot.get("temperature_c"),
+                    **captured,
+                }
+            )
+            print(f"round {index} {name} {rows[-1]['runtime_ms']:.5f} ms {rows[-1]['energy_mj']} mJ", flush=True)
+        Path(args.out).write_text(json.dumps({"configs": CONFIGS, "window_s": args.window_s, "rows": rows}))
+
+
+def estimates(row: dict[str, Any], window_s: float, skip_s: float) -> dict[str, float] | None:
+    """(rate, counted) energy per call in mJ for the window cut to `window_s`, skipping `skip_s`."""
+    start = row["busy_start"]
+    ends, t = [], start
+    for ms in row["replay_ms"]:
+        t += ms / 1000.0
+        ends.append(t)
+    cut = min(start + window_s, ends[-1])
+    inside = [(t, e) for t, e in row["ticks"] if start + skip_s < t < cut]
+    if len(inside) < 2:
+        return None
+    (t0, e0), (t1, e1) = inside[0], inside[-1]
+    replays = [end for end in ends if end <= cut]
+    elapsed = replays[-1] - start
+    mean_call_s = elapsed / (len(replays) * row["calls_per_replay"])
+    calls = 0.0
+    previous = start
+    for end in ends:
+        overlap = max(0.0, min(end, t1) - max(previous, t0))
+        calls += row["calls_per_replay"] * overlap / (end - previous)
+        previous = end
+    energy = e1 - e0
+    return {"rate": energy / ((t1 - t0) / mean_call_s), "counted": energy / calls, "ticks": len(inside)}
+
+
+def analyse(path: Path) -> None:
+    data = json.loads(path.read_text())
+    rows = data["rows"]
+    names = list(data["configs"])
+    print(f"{len(rows)} hot windows of {data['window_s']} s; spread = max/min - 1 over the rounds\n")
+    print("| window s | skip s | estimator | " + " | ".join(names) + " |")
+    print("| --- | --- | --- | " + " | ".join("---" for _ in names) + " |")
+    for window in WINDOWS:
+        for skip in SKIPS:
+            for estimator in ("rate", "counted"):
+                cells = []
+                for name in names:
+                    values = [e[estimator] for r in rows if r["name"] == name and (e := estimates(r, window, skip))]
+                    cells.append(f"{max(values) / min(values) - 1:.4f} (n={len(values)})" if len(values) > 1 else "-")
+                print(f"| {window} | {skip} | {estimator} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="energy_window.json")
+    parser.add_argument("--analyse", type=Path, default=None)
+    parser.add_argument("--kernel", default="gemm_bf16")
+    parser.add_argument("--backend", default="triton")
+    parser.add_argument("--cache", default="/tmp/paretune-energy-cache")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--window-s", type=float, default=1.6)
+    parser.add_argument("--gap-s", type=float, default=1.0)
+    args = parser.parse_args()
+    if args.analyse:
+        analyse(args.analyse)
+        return
+    record(args)
+    analyse(Path(args.out))
+
+
+if __name__ == "__main__":
+    main()
