@@ -9,9 +9,10 @@ does not know that more work follows).
 
 Estimators, for a window of W seconds that skips its first S seconds:
 - `rate`: energy between the first and last counter tick inside [start + S, start + W],
-  divided by that span over the window's mean time per call (what the harness does);
+  divided by that span over the window's mean time per call (the harness's first method);
 - `counted`: the same energy over the calls that ran between those two ticks, counted from
-  the replays' GPU timestamps.
+  the replays' GPU timestamps (`workers.measure.gpu_energy.calls_between`, what the harness
+  does now).
 
     python3 bench/gpu/energy_window.py --out energy.json [--rounds 10] [--window-s 1.6]
     python3 bench/gpu/energy_window.py --analyse energy.json
@@ -95,6 +96,8 @@ def record(args: argparse.Namespace) -> None:
 
 def estimates(row: dict[str, Any], window_s: float, skip_s: float) -> dict[str, float] | None:
     """(rate, counted) energy per call in mJ for the window cut to `window_s`, skipping `skip_s`."""
+    from workers.measure.gpu_energy import calls_between
+
     start = row["busy_start"]
     ends, t = [], start
     for ms in row["replay_ms"]:
@@ -108,12 +111,7 @@ def estimates(row: dict[str, Any], window_s: float, skip_s: float) -> dict[str, 
     replays = [end for end in ends if end <= cut]
     elapsed = replays[-1] - start
     mean_call_s = elapsed / (len(replays) * row["calls_per_replay"])
-    calls = 0.0
-    previous = start
-    for end in ends:
-        overlap = max(0.0, min(end, t1) - max(previous, t0))
-        calls += row["calls_per_replay"] * overlap / (end - previous)
-        previous = end
+    calls = calls_between(start, row["replay_ms"], row["calls_per_replay"], t0, t1)
     energy = e1 - e0
     return {"rate": energy / ((t1 - t0) / mean_call_s), "counted": energy / calls, "ticks": len(inside)}
 

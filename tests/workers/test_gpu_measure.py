@@ -23,6 +23,7 @@ from workers.measure.gpu_energy import (
     EnergyWindow,
     Reading,
     Tick,
+    calls_between,
     decode_throttle_reasons,
     energy_per_call_mj,
     energy_window,
@@ -103,6 +104,52 @@ class TestEnergyWindow:
     def test_energy_per_call_is_power_times_call_time(self, power: float, call_s: float, seconds: float) -> None:
         window = EnergyWindow(power * seconds * 1000.0, seconds, 0.0, seconds, 3)
         assert energy_per_call_mj(window, call_s) == pytest.approx(power * call_s * 1000.0)
+
+    @given(
+        replay_ms=st.lists(st.floats(0.5, 20.0), min_size=1, max_size=40),
+        calls=st.integers(1, 64),
+        a=st.floats(0.0, 1.0),
+        b=st.floats(0.0, 1.0),
+    )
+    def test_calls_between_counts_each_call_inside(
+        self, replay_ms: list[float], calls: int, a: float, b: float
+    ) -> None:
+        # Reference: every call on its own, evenly spread within its replay, counted for the
+        # part of it inside [t0, t1].
+        total_s = sum(replay_ms) / 1000.0
+        t0, t1 = 5.0 + min(a, b) * total_s, 5.0 + max(a, b) * total_s
+        expected, start = 0.0, 5.0
+        for ms in replay_ms:
+            step = ms / 1000.0 / calls
+            for i in range(calls):
+                lo, hi = start + i * step, start + (i + 1) * step
+                expected += max(0.0, min(hi, t1) - max(lo, t0)) / step
+            start += ms / 1000.0
+        assert calls_between(5.0, replay_ms, calls, t0, t1) == pytest.approx(expected, rel=1e-6, abs=1e-6)
+
+    def test_energy_is_charged_to_the_calls_that_ran_between_the_ticks(self) -> None:
+        # Clocks fall halfway through the hot run: 0.2 ms calls, then 0.25 ms calls at 700 W.
+        # The ticks span only the slow half, so its calls, not the run's mean call time,
+        # divide the energy.
+        replay_ms = [10.0] * 50 + [12.5] * 40  # 50 calls per replay
+        busy_start, slow_from = 0.0, 0.5
+        t0, t1 = slow_from + 0.05, slow_from + 0.45
+        window = EnergyWindow(700.0 * (t1 - t0) * 1000.0, t1 - t0, t0, t1, 5)
+        shape = ShapeSamples(
+            key="a",
+            weight=1.0,
+            hot_ms=[ms / 50 for ms in replay_ms],
+            hot_mean_ms=sum(replay_ms) / (50 * len(replay_ms)),
+            energy=window,
+            energy_calls=calls_between(busy_start, replay_ms, 50, t0, t1),
+        )
+        metrics = workload_metrics([shape], ["energy_mj"])
+        assert shape.energy_calls == pytest.approx(0.4 / 0.25e-3)
+        assert metrics["energy_mj"].value == pytest.approx(700.0 * 0.25e-3 * 1000.0)
+        shape.energy_calls = None  # not counted: the whole run's mean call time (0.222 ms)
+        assert workload_metrics([shape], ["energy_mj"])["energy_mj"].value == pytest.approx(
+            700.0 * shape.hot_mean_ms, rel=1e-9
+        )
 
     def test_throttle_reasons_decode(self) -> None:
         assert decode_throttle_reasons(0) == []

@@ -44,6 +44,7 @@ class ShapeSamples:
     hot_ms: list[float] = field(default_factory=list)  # per-call time of each graph replay
     hot_mean_ms: float | None = None  # whole hot window: elapsed / calls
     energy: EnergyWindow | None = None
+    energy_calls: float | None = None  # calls that ran between the energy window's first and last tick
     cold_ms: list[float] = field(default_factory=list)
 
 
@@ -113,16 +114,27 @@ def _combine(metrics: Sequence[Metric], weights: Sequence[float], unit: str) -> 
     )
 
 
-def _energy_metric(shape: ShapeSamples, confidence: float) -> Metric | None:
+def shape_energy_per_call_mj(shape: ShapeSamples) -> float | None:
+    """The energy window's energy over the calls counted between its ticks; where they were
+    not counted, over the window's span at the hot run's mean call time."""
     if shape.energy is None or not shape.hot_mean_ms:
         return None
+    if shape.energy_calls:
+        return shape.energy.energy_mj / shape.energy_calls
+    return energy_per_call_mj(shape.energy, shape.hot_mean_ms / 1000.0)
+
+
+def _energy_metric(shape: ShapeSamples, confidence: float) -> Metric | None:
+    value = shape_energy_per_call_mj(shape)
+    if value is None or shape.energy is None or not shape.hot_mean_ms:
+        return None
     seconds_per_call = shape.hot_mean_ms / 1000.0
-    value = energy_per_call_mj(shape.energy, seconds_per_call)
     per_interval = [p * 1000.0 * seconds_per_call for p in shape.energy.interval_power_w]
     stats: dict[str, float] = {
         "window_s": shape.energy.seconds,
         "ticks": float(shape.energy.ticks),
         "power_w": shape.energy.power_w,
+        "calls": shape.energy_calls or shape.energy.seconds / seconds_per_call,
     }
     ci_low = ci_high = None
     if len(per_interval) >= 2:
@@ -136,12 +148,12 @@ def _energy_metric(shape: ShapeSamples, confidence: float) -> Metric | None:
 
 
 def _power_metric(shapes: Sequence[ShapeSamples], weights: Sequence[float], confidence: float) -> Metric | None:
-    pairs = [(s.energy, s.hot_mean_ms) for s in shapes]
-    if any(window is None or not call_ms for window, call_ms in pairs):
+    per_call = [shape_energy_per_call_mj(s) for s in shapes]
+    if any(e is None for e in per_call):
         return None
-    windows = [window for window, _ in pairs if window is not None]
-    times = [float(call_ms or 0.0) for _, call_ms in pairs]
-    energies = [energy_per_call_mj(w, t / 1000.0) for w, t in zip(windows, times, strict=True)]
+    windows = [s.energy for s in shapes if s.energy is not None]
+    times = [float(s.hot_mean_ms or 0.0) for s in shapes]
+    energies = [float(e or 0.0) for e in per_call]
     value = _weighted_mean(energies, weights) / _weighted_mean(times, weights)
     interval = [p for w in windows for p in w.interval_power_w]
     ci_low = ci_high = None

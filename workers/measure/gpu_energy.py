@@ -115,8 +115,29 @@ def energy_window(ticks: Sequence[Tick], busy_start: float, busy_end: float) -> 
     )
 
 
+def calls_between(
+    busy_start: float, replay_ms: Sequence[float], calls_per_replay: int, t0: float, t1: float
+) -> float:
+    """How many calls ran between host times t0 and t1, from the replays' GPU durations.
+
+    Replays run back to back from `busy_start` (the device was idle when the first was
+    enqueued), so replay i ends `sum(replay_ms[:i + 1])` after it; a replay that straddles t0
+    or t1 counts for the part of it inside, its calls taken as evenly spread."""
+    calls = 0.0
+    start = busy_start
+    for ms in replay_ms:
+        end = start + ms / 1000.0
+        if end > start:
+            overlap = min(end, t1) - max(start, t0)
+            if overlap > 0:
+                calls += calls_per_replay * overlap / (end - start)
+        start = end
+    return calls
+
+
 def energy_per_call_mj(window: EnergyWindow, seconds_per_call: float) -> float:
-    """Window energy over the calls that ran between its ticks (calls ran back to back)."""
+    """Window energy over the calls that ran between its ticks, at the mean call time of
+    the whole hot run (when the calls between the ticks were not counted)."""
     if seconds_per_call <= 0:
         raise ValueError("seconds_per_call must be positive")
     calls = window.seconds / seconds_per_call

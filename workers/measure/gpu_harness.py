@@ -23,6 +23,7 @@ from workers.measure.gpu_aggregate import (
 )
 from workers.measure.gpu_energy import (
     NvmlSampler,
+    calls_between,
     energy_window,
     environment_summary,
     nvml_handle_for_torch_device,
@@ -114,6 +115,14 @@ def _hot(
         sample.energy = energy_window(
             ticks_from_readings(readings), window.busy_start, window.busy_end
         )
+        if sample.energy is not None:
+            sample.energy_calls = calls_between(
+                window.busy_start,
+                [ms * window.calls_per_replay for ms in window.per_call_ms],
+                window.calls_per_replay,
+                sample.energy.t_first,
+                sample.energy.t_last,
+            )
         info.update(
             environment_summary(readings_between(readings, window.busy_start, window.busy_end))
         )
