@@ -1,10 +1,12 @@
-"""Turn what bench/gpu/run_studies.py wrote (studies.json, h2h_gpu<N>.json, driver.log,
-stdout.txt) into the results in bench/results/: per kernel a markdown file and a JSON
-summary, plus the raw data (trial logs and repeated fingerprints dropped). Trial
-throughput is compared with an earlier run's studies.json (--before).
+"""Turn what bench/gpu/run_studies.py wrote (studies.json, h2h_gpu<N>.json or sweep.json,
+driver.log, console.txt) into the results in bench/results/: per kernel a markdown file and a
+JSON summary (gpu_<kernel><suffix>.md/.json), plus the raw data (trial logs and repeated
+fingerprints dropped). Trial throughput is compared with an earlier run's studies.json
+(--before). Where the run swept the GEMM's space itself (sweep.json), the sweep and its
+head-to-head come from there; otherwise from the recorded sweep below.
 
-    python bench/gpu/report.py RUN_DIR --command "..." --machine "..." \
-        [--before bench/results/gpu_raw_2026-11-29/studies.json] [--notes notes.json] [--out bench/results]
+    python bench/gpu/report.py RUN_DIR --command "..." --machine "..." --label "run 7" \
+        [--suffix _run7] [--raw gpu_raw_2026-11-29_run7] [--before OLD/studies.json] [--notes notes.json]
 """
 
 from __future__ import annotations
@@ -18,14 +20,9 @@ from typing import Any
 
 DATE = "2026-11-29"
 OBJECTIVES = ("runtime_ms", "energy_mj", "p99_ms")
-SWEEP = {  # the recorded exhaustive sweep (bench/results/gpu_raw_2026-11-29/sweep.json)
-    "sweep_best_runtime_ms": 0.2147619922955831,
-    "sweep_best_config": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
-    "sweep_evaluations": 270,
-    "sweep_completed": 196,
-    "sweep_failed": {"compile_error": 74},
-    "sweep_gpu": "GPU 3 of the earlier run's 4-GPU host",
-}
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+# The latest recorded exhaustive sweep, for runs that do not sweep themselves.
+RECORDED_SWEEP = RESULTS / "gpu_raw_2026-11-29_run6" / "sweep.json"
 
 
 def spread(values: list[float]) -> float | None:
@@ -202,6 +199,7 @@ def kernel_summary(run: dict[str, Any], kernel: str, args: argparse.Namespace, b
         "best_over_baseline": {k: study["best"][k] / study["baseline"][k] for k in study["best"]}
         if study.get("baseline") and study.get("best")
         else None,
+        "energy_method": args.energy_method or energy_method(trials),
         "front_size": len(front["trials"]),
         "front": [{"number": t["number"], "config": t["config"], **t["values"]} for t in front["trials"]],
         "hypervolume": study["hypervolume"],
@@ -225,11 +223,20 @@ def kernel_summary(run: dict[str, Any], kernel: str, args: argparse.Namespace, b
             "worker": pool_throughput(old),
         }
     if kernel == "gemm":
-        summary.update(SWEEP)
-        summary["study_trials_to_within_2pct_of_recorded_sweep_best"] = trials_to_within(
-            trials, SWEEP["sweep_best_runtime_ms"]
+        fresh = Path(args.run_dir) / "sweep.json"
+        if fresh.exists():
+            summary.update(fresh_sweep(fresh, f"GPU {run['roles']['gemm']} of this run, after the study"))
+        else:
+            summary.update(fresh_sweep(RECORDED_SWEEP, "run 6's, on another machine's GPU"))
+        sweep_best = summary["sweep_best_runtime_ms"]
+        summary["study_trials_to_within_2pct_of_sweep_best"] = trials_to_within(trials, sweep_best)
+        if best:
+            summary["study_best_over_sweep_best"] = best["values"]["runtime_ms"] / sweep_best - 1.0
+        h2h = (
+            {run["roles"]["gemm"]: head_to_head(fresh)}
+            if fresh.exists()
+            else {gpu: head_to_head(Path(args.run_dir) / f"h2h_gpu{gpu}.json") for gpu in run.get("versus_gpus", [0])}
         )
-        h2h = {gpu: head_to_head(Path(args.run_dir) / f"h2h_gpu{gpu}.json") for gpu in run.get("versus_gpus", [0])}
         summary["head_to_head"] = {f"gpu{gpu}": value for gpu, value in h2h.items() if value is not None}
         study_gpu = h2h.get(run["roles"]["gemm"])
         if study_gpu and "sweep_best" in study_gpu["median_runtime_ms"]:
@@ -238,6 +245,29 @@ def kernel_summary(run: dict[str, Any], kernel: str, args: argparse.Namespace, b
             summary["study_trials_to_within_2pct"] = trials_to_within(trials, reference)
             summary["study_best_over_sweep_best_same_gpu"] = study_gpu.get("study_best_over_sweep_best")
     return summary
+
+
+def fresh_sweep(path: Path, where: str) -> dict[str, Any]:
+    """The numbers of a recorded sweep (sweep.json of a run that swept the space)."""
+    data = json.loads(path.read_text())
+    rows = data.get("rows", [])
+    best = data.get("best") or {}
+    return {
+        "sweep_best_runtime_ms": (best.get("values") or {}).get("runtime_ms"),
+        "sweep_best_config": best.get("config"),
+        "sweep_evaluations": data.get("evaluations", len(rows)),
+        "sweep_completed": data.get("completed"),
+        "sweep_failed": _count(r["status"] for r in rows if r.get("status") != "completed"),
+        "sweep_gpu": f"{where}; measurement settings {json.dumps(data.get('settings'))}",
+        "sweep_seconds": data.get("sweep_seconds"),
+        "sweep_stopped": data.get("stopped"),
+        "sweep_top": [
+            {"config": r["config"], "runtime_ms": r["values"]["runtime_ms"]}
+            for r in sorted(
+                (r for r in rows if r.get("status") == "completed"), key=lambda r: r["values"]["runtime_ms"]
+            )[:8]
+        ],
+    }
 
 
 def _count(values: Any) -> dict[str, int]:
@@ -281,9 +311,11 @@ def _throughput_rows(summary: dict[str, Any]) -> list[str]:
     return rows
 
 
-def markdown(summary: dict[str, Any], trials: list[dict[str, Any]], notes: list[str], earlier: str) -> str:
+def markdown(
+    summary: dict[str, Any], trials: list[dict[str, Any]], notes: list[str], earlier: str, runs: list[str]
+) -> str:
     lines = [
-        f"# {summary['kernel']} on the H200: study through the whole stack",
+        f"# {summary['kernel']} on the H200: study through the whole stack ({summary['label']})",
         "",
         f"- date: {summary['date']}",
         f"- GPU: {summary['gpu']}",
@@ -293,7 +325,7 @@ def markdown(summary: dict[str, Any], trials: list[dict[str, Any]], notes: list[
         f"- workload: `{json.dumps(summary['workload'])}`",
         f"- objectives: {', '.join(summary['objectives'])}; sampler `{json.dumps(summary['sampler'])}`",
         f"- measurement settings: `{json.dumps(summary['measure'])}` (docs/measurement.md)",
-        f"- the earlier run (a process per trial phase, TPE): [{earlier}]({earlier})",
+        f"- all runs of this kernel: [{earlier}]({earlier})",
         "",
         "## Summary",
         "",
@@ -320,20 +352,25 @@ def markdown(summary: dict[str, Any], trials: list[dict[str, Any]], notes: list[
     ]
     if "head_to_head" in summary:
         lines += [
-            f"| recorded sweep: evaluations / completed / failed | {summary['sweep_evaluations']} / "
+            f"| sweep: evaluations / completed / failed | {summary['sweep_evaluations']} / "
             f"{summary['sweep_completed']} / {json.dumps(summary['sweep_failed'])} |",
-            f"| recorded sweep best runtime_ms (config; {summary['sweep_gpu']}) | "
+            f"| sweep best runtime_ms (config; {summary['sweep_gpu']}) | "
             f"{fmt(summary['sweep_best_runtime_ms'])} (`{json.dumps(summary['sweep_best_config'])}`) |",
-            f"| sweep best measured on the study's GPU in this run (head-to-head median) | "
+            f"| study best over sweep best, each as measured in its own run of the harness | "
+            f"{fmt(summary.get('study_best_over_sweep_best'))} |",
+            f"| trials until the study's best was within 2% of the sweep's best | "
+            f"{fmt(summary.get('study_trials_to_within_2pct_of_sweep_best'))} |",
+            f"| sweep's best configuration measured on the study's GPU after it (head-to-head median) | "
             f"{fmt(summary.get('sweep_best_on_study_gpu_ms'))} |",
-            "| study best over sweep best, same GPU, interleaved | "
+            "| study best over sweep best, head to head: same GPU, interleaved | "
             f"{fmt(summary.get('study_best_over_sweep_best_same_gpu'))} |",
-            f"| trials until the study's best was within 2% of the sweep best on its GPU | "
+            f"| trials until the study's best was within 2% of the head-to-head's sweep best | "
             f"{fmt(summary.get('study_trials_to_within_2pct'))} |",
-            f"| (against the recorded sweep's 0.2148 ms, another host's GPU) | "
-            f"{fmt(summary.get('study_trials_to_within_2pct_of_recorded_sweep_best'))} |",
         ]
-    lines += ["", "## Notes", "", *[f"- {n}" for n in notes], "", "## Trial throughput", "", *_throughput_rows(summary)]
+    lines += ["", "## Notes", "", *[f"- {n}" for n in notes]]
+    if runs:
+        lines += ["", "## Every run of this kernel", "", *runs]
+    lines += ["", "## Trial throughput", "", *_throughput_rows(summary)]
     runners = summary["throughput"]["this_run"]["runners"]
     lines += [
         "",
@@ -417,6 +454,101 @@ def markdown(summary: dict[str, Any], trials: list[dict[str, Any]], notes: list[
     return "\n".join(lines) + "\n"
 
 
+# --- every run of a kernel --------------------------------------------------------------
+
+
+def energy_method(trials: list[dict[str, Any]]) -> str:
+    """How the run charged window energy to calls: counted between the ticks, or the span at
+    the mean call time (runs before calls were counted). A workload of several shapes keeps
+    only the shapes' values, so it cannot tell (--energy-method)."""
+    for trial in completed(trials):
+        stats = ((trial.get("metrics") or {}).get("energy_mj") or {}).get("stats") or {}
+        if stats and "shape0" not in stats:
+            return "counted calls" if "calls" in stats else "span at mean call time"
+    return "-"
+
+
+def run_row(name: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """One line of the runs table from a kernel summary (older summaries use other keys)."""
+    h2h = summary.get("study_best_over_sweep_best_same_gpu")
+    if h2h is None and summary.get("head_to_head_one_gpu"):
+        medians = summary["head_to_head_one_gpu"]["median_runtime_ms"]
+        h2h = medians["study_best"] / medians["sweep_best"] - 1.0
+    own = summary.get("study_best_over_sweep_best", summary.get("study_gap_to_sweep_best"))
+    if own is None and summary.get("best_runtime_ms") and summary.get("sweep_best_runtime_ms"):
+        own = summary["best_runtime_ms"] / summary["sweep_best_runtime_ms"] - 1.0
+    return {
+        "run": name,
+        "hot_window_s": (summary.get("measure") or {}).get("hot_window_s"),
+        "energy": summary.get("energy_method", "span at mean call time"),
+        "sampler": summary.get("sampler"),
+        "trials": summary.get("trials"),
+        "baseline_runtime_ms": summary.get("baseline_runtime_ms"),
+        "best_runtime_ms": summary.get("best_runtime_ms"),
+        "front_size": summary.get("front_size"),
+        "hypervolume": summary.get("hypervolume"),
+        "repeat_runtime_spread": summary.get("repeat_runtime_spread"),
+        "repeat_energy_spread": summary.get("repeat_energy_spread"),
+        "repeat_p99_spread": summary.get("repeat_p99_spread"),
+        "study_best_over_sweep_best": own,
+        "study_best_over_sweep_best_head_to_head": h2h,
+    }
+
+
+def all_runs(out: Path, name: str, current: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted(out.glob(f"gpu_{name}_run*.json"), key=lambda p: int(p.stem.rsplit("_run", 1)[1])):
+        summary = json.loads(path.read_text())
+        if summary.get("label") == current["label"]:
+            continue  # the run this file is written for comes last
+        rows.append(run_row(summary.get("label") or "run " + path.stem.rsplit("_run", 1)[1], summary))
+        if summary.get("run3_gemm_only"):  # run 3 was recorded inside run 2's summary
+            run3 = summary["run3_gemm_only"]
+            rows.append(
+                run_row(
+                    "run 3",
+                    {**run3, "measure": summary.get("measure"), "repeat_runtime_spread": None,
+                     "repeat_energy_spread": None, "repeat_p99_spread": None,
+                     "sweep_best_runtime_ms": summary.get("sweep_best_runtime_ms")},
+                )
+            )  # fmt: skip
+    rows.append(run_row(current["label"], current))
+    return rows
+
+
+def runs_markdown(rows: list[dict[str, Any]], gemm: bool) -> list[str]:
+    head = (
+        "| run | hot window s | energy per call | sampler | trials | baseline -> best runtime_ms | front | "
+        "hypervolume | repeats: runtime / energy / p99 spread |"
+    )
+    rule = "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    if gemm:
+        head += " study best over sweep best (as measured) | same, head to head on one GPU |"
+        rule += " --- | --- |"
+    lines = [head, rule]
+    for r in rows:
+        line = (
+            f"| {r['run']} | {fmt(r['hot_window_s'], 1)} | {r['energy']} | `{json.dumps(r['sampler'])}` | "
+            f"{fmt(r['trials'])} | {fmt(r['baseline_runtime_ms'])} -> {fmt(r['best_runtime_ms'])} | "
+            f"{fmt(r['front_size'])} | {fmt(r['hypervolume'], 3)} | {fmt(r['repeat_runtime_spread'])} / "
+            f"{fmt(r['repeat_energy_spread'])} / {fmt(r['repeat_p99_spread'])} |"
+        )
+        if gemm:
+            line += f" {fmt(r['study_best_over_sweep_best'])} | {fmt(r['study_best_over_sweep_best_head_to_head'])} |"
+        lines.append(line)
+    if gemm:
+        lines += [
+            "",
+            "Study best over sweep best, as measured: the study's best value over the sweep's best value. Runs 4 "
+            "and 6 swept the space themselves, on the study's GPU after the study; runs 1-3 compare with run 1's "
+            "sweep and runs 5 and 7 with run 6's, each on another GPU than the study's (so a percent either way can "
+            "be the GPUs, not the search). Head to head: the study's best and the sweep's best configuration "
+            "measured alternately, five rounds each, on the study's GPU after the study (0.0000 where the study "
+            "found the sweep's best configuration itself).",
+        ]
+    return lines
+
+
 def slim(run: dict[str, Any]) -> dict[str, Any]:
     for data in run["studies"].values():
         for trial in data.get("trials", []) + [t for r in data.get("repeats", []) for t in r["trials"]]:
@@ -430,6 +562,10 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--raw", default=f"gpu_raw_{DATE}_warm", help="folder under --out for the raw files")
+    parser.add_argument("--energy-method", default="", help="for multi-shape workloads: 'counted calls' or ...")
+    parser.add_argument("--kernels", default="", help="only these of the run's kernels (comma separated)")
+    parser.add_argument("--suffix", default="", help="gpu_<kernel><suffix>.md/.json")
+    parser.add_argument("--label", default="", help="the run's name in the headings, e.g. 'run 7'")
     parser.add_argument("--before", type=Path, default=None, help="an earlier run's studies.json")
     parser.add_argument("--notes", type=Path, default=None, help='JSON {"gemm": ["note", ...], ...}')
     parser.add_argument("--command", required=True)
@@ -442,17 +578,25 @@ def main() -> None:
     raw.mkdir(parents=True, exist_ok=True)
     summaries = {}
     for kernel, data in run["studies"].items():
-        if "study" not in data:
+        if "study" not in data or (args.kernels and kernel not in args.kernels.split(",")):
             continue
-        summary = kernel_summary(run, kernel, args, before)
+        summary = {"label": args.label, "raw": f"bench/results/{args.raw}/"}
+        summary.update(kernel_summary(run, kernel, args, before))
         summaries[kernel] = summary
         name = summary["kernel"]
-        earlier = f"gpu_{name}_run1.md"
-        (args.out / f"gpu_{name}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
-        (args.out / f"gpu_{name}.md").write_text(markdown(summary, data["trials"], notes.get(kernel, []), earlier))
+        table: list[str] = []
+        if not args.suffix:  # the kernel's main file: every run of it, this one last
+            rows = all_runs(args.out, name, summary)
+            summary["runs"] = rows
+            table = runs_markdown(rows, kernel == "gemm")
+        (args.out / f"gpu_{name}{args.suffix}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+        (args.out / f"gpu_{name}{args.suffix}.md").write_text(
+            markdown(summary, data["trials"], notes.get(kernel, []), f"gpu_{name}.md", table)
+        )
     (raw / "studies.json").write_text(json.dumps(slim(run), default=str))
     for path in sorted(args.run_dir.glob("h2h_gpu*.json")) + [
-        args.run_dir / n for n in ("driver.log", "stdout.txt", "gpus.csv")
+        args.run_dir / n
+        for n in ("driver.log", "stdout.txt", "console.txt", "gpus.csv", "sweep.json", "energy_window.json")
     ]:
         if path.exists():
             (raw / path.name).write_text(path.read_text())

@@ -305,3 +305,18 @@ def test_parameters_without_defaults_take_the_documents_baseline(api: Api) -> No
     for t in trials:
         assert t["config"]["opt"] in ("-O2", "-O3") and isinstance(t["config"]["unroll"], bool)
         assert 0.1 <= t["config"]["x"] <= 1.0 and 1 <= t["config"]["y"] <= 64
+
+
+def test_gpu_energy_studies_get_a_longer_hot_window_unless_they_set_one(api: Api) -> None:
+    def window(objectives: list[str], **measure: float) -> float:
+        doc = {"name": "gemm", "kernel": {"backend": "triton", "builtin": "gemm_bf16"}, "objectives": objectives}
+        if measure:
+            doc["measure"] = measure
+        response = api.client.post("/v1/studies", json=doc, headers=api.admin)
+        assert response.status_code == 201, response.text
+        return response.json()["document"]["measure"]["hot_window_s"]
+
+    assert window(["runtime_ms"]) == 1.0
+    assert window(["runtime_ms", "energy_mj"]) == 1.6
+    assert window(["power_w"]) == 1.6
+    assert window(["runtime_ms", "energy_mj"], hot_window_s=0.8) == 0.8
