@@ -217,25 +217,20 @@ def finished(study: dict[str, Any]) -> bool:
 
 def _compile_one(job: tuple[str, str, dict[str, Any], str]) -> tuple[str, str | None]:
     """One configuration into the artifact cache: (cache key, compile error or None)."""
-    from workers.backends import get_backend
+    sys.path.insert(0, str(REPO / "bench" / "gpu"))
+    from sweep import Harness
+
     from workers.backends.base import TrialFailure
     from workers.cache import ArtifactCache
-    from workers.contract import KernelSpec
+    from workers.contract import MeasureSettings
 
     backend_name, builtin, config, cache_dir = job
-    backend = get_backend(backend_name)
-    spec = KernelSpec(backend=backend_name, builtin=builtin)
-    cache = ArtifactCache(Path(cache_dir))
-    key = backend.cache_key(spec, config)
-    if cache.lookup(key) is not None:
-        return key, None
-    staging = cache.staging()
+    harness = Harness(backend_name, builtin, ArtifactCache(Path(cache_dir)), MeasureSettings())
+    key = harness.backend.cache_key(harness.spec, config)
     try:
-        built = backend.compile(spec, config, staging)
+        harness.built(config)
     except TrialFailure as failure:
-        cache.discard(staging)
         return key, failure.message
-    cache.commit(key, built)
     return key, None
 
 
@@ -677,7 +672,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=REPEATS, help="one-trial repeats of the baseline per kernel")
     parser.add_argument("--sampler", default="", help="the studies' sampler as JSON (default: SAMPLER)")
     parser.add_argument("--local", action="store_true", help="CPU kernels, to test the script without a GPU")
-    parser.add_argument("--hot-window-s", type=float, default=0.0, help="the studies' hot window (default 1.6 s, the service's for energy studies)")
+    parser.add_argument(
+        "--hot-window-s", type=float, default=0.0, help="the studies' hot window (default 1.6 s, as for energy studies)"
+    )
     parser.add_argument("--sweep", action="store_true", help="sweep the GEMM's space on its GPU after its study")
     args = parser.parse_args()
     global OUT
