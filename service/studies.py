@@ -52,9 +52,9 @@ def _clean(message: str) -> str:
 
 GPU_BACKENDS = {"triton", "cuda"}
 ENERGY_METRICS = {"energy_mj", "power_w"}
-# NVML's energy counter is read at ~100 ms ticks whose timing jitters by tens of ms, so an
-# energy figure's precision grows with the window: ten repeats of GEMMs landed within 0.8-2.1% with 1 s windows and 0.6-1.3% with 1.6 s
-# (bench/results/gpu_energy_window.md).
+# NVML's energy counter advances in ~100 ms steps whose energy varies a lot under the power
+# cap, so an energy figure steadies as the hot window grows: ten repeats of three GEMMs spread
+# by 0.8-2.1% with 1 s windows and 0.6-1.3% with 1.6 s (bench/results/gpu_energy_window.md).
 ENERGY_HOT_WINDOW_S = 1.6
 
 
