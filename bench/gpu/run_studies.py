@@ -49,8 +49,8 @@ PORT = 8765
 SERVER = f"http://127.0.0.1:{PORT}"
 REPEATS = 5
 SAMPLER = {"name": "nsga2", "seed": 20261129, "options": {"population_size": 10}}
+# the best configuration of every sweep so far (bench/results/gpu_gemm_bf16.md, runs 1, 4 and 6)
 SWEEP_BEST = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
-SWEEP_BEST_RUNTIME_MS = 0.2147619922955831  # bench/results/gpu_raw_2026-11-29/sweep.json
 
 
 @dataclass
