@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import time
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,9 +25,11 @@ from typing import Any
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
 from workers.kernels.gpu.loader import GpuKernel, load_harness, require, resolve, shape_key
+from workers.measure.gpu_energy import nvml_energy_readable
 from workers.measure.gpu_toolchain import (
     acf_ptxas_flags,
     format_version,
+    package_version,
     parse_ptxas_report,
     split_config,
     supports_acf,
@@ -175,7 +176,6 @@ class CudaBackend(Backend):
         if not torch.cuda.is_available():
             return {"available": False, "reason": "no CUDA GPU visible to torch"}
         version = nvrtc_version()
-        from workers.backends.triton_backend import _nvml_energy_readable
 
         return {
             "available": True,
@@ -183,9 +183,9 @@ class CudaBackend(Backend):
             "compilers": {
                 "nvrtc": format_version(version),
                 "ptxas": format_version(version),
-                "cuda.core": getattr(core, "__version__", _version("cuda-core")),
+                "cuda.core": getattr(core, "__version__", package_version("cuda-core")),
             },
-            "energy": _nvml_energy_readable(),
+            "energy": nvml_energy_readable(),
             "features": {"acf": supports_acf(version)},
             "gpu": torch.cuda.get_device_name(0),
         }
@@ -202,7 +202,7 @@ class CudaBackend(Backend):
             "arch": resolved.options.get("arch"),
             "shapes": [w.dims for w in resolved.workload],
             "nvrtc": format_version(nvrtc_version()),
-            "cuda-core": _version("cuda-core"),
+            "cuda-core": package_version("cuda-core"),
         }
         text = json.dumps(identity, sort_keys=True, default=str)
         return "cuda-" + hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -409,9 +409,3 @@ def _is_launch_refusal(exc: Exception) -> bool:
     text = str(exc).upper()
     return "OUT_OF_RESOURCES" in text or "INVALID_VALUE" in text or "TOO MANY RESOURCES" in text
 
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "absent"

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import time
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,9 +31,11 @@ from typing import Any
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
 from workers.kernels.gpu.loader import GpuKernel, load_module, require, resolve, shape_key
+from workers.measure.gpu_energy import nvml_energy_readable
 from workers.measure.gpu_toolchain import (
     acf_ptxas_flags,
     format_version,
+    package_version,
     ptxas_version_of,
     split_config,
     supports_acf,
@@ -61,13 +62,6 @@ def triton_ptxas() -> tuple[str | None, tuple[int, int] | None]:
         except ImportError:
             path = None
     return path, ptxas_version_of(path) if path else None
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "absent"
 
 
 def compile_options(config: dict[str, Any], acf_flags: list[str]) -> dict[str, Any]:
@@ -116,7 +110,7 @@ class TritonBackend(Backend):
         if not torch.cuda.is_available():
             return {"available": False, "reason": "no CUDA GPU visible to torch"}
         path, version = triton_ptxas()
-        energy = _nvml_energy_readable()
+        energy = nvml_energy_readable()
         return {
             "available": True,
             "reason": "",
@@ -140,7 +134,7 @@ class TritonBackend(Backend):
             "constants": resolved.options.get("constants", {}),
             "acf_files": resolved.options.get("acf_files", {}),
             "shapes": [w.dims for w in resolved.workload],
-            "triton": _version("triton"),
+            "triton": package_version("triton"),
             "ptxas": format_version(triton_ptxas()[1]),
         }
         text = json.dumps(identity, sort_keys=True, default=str)
@@ -164,7 +158,7 @@ class TritonBackend(Backend):
         report: dict[str, Any] = {
             "options": options,
             "shapes": {},
-            "triton": _version("triton"),
+            "triton": package_version("triton"),
             "ptxas": format_version(triton_ptxas()[1]),
         }
         import torch
@@ -358,16 +352,3 @@ def warm_up_gpu() -> None:
 
         pynvml.nvmlInit()
 
-
-def _nvml_energy_readable() -> bool:
-    try:
-        import pynvml
-
-        from workers.measure.gpu_energy import nvml_index
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(0))
-        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        return True
-    except Exception:
-        return False

@@ -241,6 +241,19 @@ class NvmlSampler:
         }
 
 
+def nvml_energy_readable() -> bool:
+    """Whether NVML answers the total-energy counter for this process's first GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(0))
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        return True
+    except Exception:
+        return False
+
+
 def nvml_handle_for_torch_device(device_index: int = 0) -> Any:
     """The NVML handle of the GPU that torch calls `cuda:<device_index>`.
 

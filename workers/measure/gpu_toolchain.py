@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,14 @@ NO_ACF = ("", "none", None)
 
 _RELEASE = re.compile(r"release\s+(\d+)\.(\d+)")
 _VERSION = re.compile(r"\bV(\d+)\.(\d+)")
+
+
+def package_version(package: str) -> str:
+    """An installed package's version, or "absent"."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"
 
 
 def parse_ptxas_version(text: str) -> tuple[int, int] | None:
