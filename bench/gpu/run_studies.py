@@ -439,35 +439,45 @@ class Run:
 
     # -- head to head ---------------------------------------------------------------------
 
-    def start_head_to_head(self, api: Api) -> None:
-        """The GEMM study's best against the recorded sweep's best and the baseline."""
+    def write_versus(self, api: Api, configs: dict[str, Any]) -> Path:
+        """`configs` and the GEMM study's best configuration, in the file sweep.py reads."""
         best = []
         if "gemm" in self.studies:
             best = api.get(f"/v1/studies/{self.studies['gemm']}/trials", sort="runtime_ms", limit=1)["items"]
-        configs = {"sweep_best": self.profile.sweep_best, "baseline": self.profile.baseline}
         if best and best[0].get("values"):
-            configs["study_best"] = best[0]["config"]
+            configs = {**configs, "study_best": best[0]["config"]}
         versus = self.work / "versus.json"
         versus.write_text(json.dumps(configs))
-        log(f"head to head on GPUs {self.versus_gpus}: {json.dumps(configs)}")
+        return versus
+
+    def spawn_sweep_py(self, gpu: int, versus: Path, log_name: str, *args: str) -> subprocess.Popen:
+        """bench/gpu/sweep.py for the GEMM on `gpu` (its CPUs too), with the studies' settings."""
+        measure, compile_ = cpu_sets(gpu, self.slots)
+        cpus = [int(c) for c in f"{measure},{compile_}".split(",") if c]
         backend, builtin = self.profile.kernels["gemm"]
+        command = [
+            sys.executable, str(REPO / "bench" / "gpu" / "sweep.py"), "--kernel", builtin, "--backend", backend,
+            "--versus", str(versus), "--rounds", str(self.args.rounds),
+            "--deadline-s", f"{max(5.0, self.deadline - 15 - time.monotonic()):.0f}",
+            "--objectives", ",".join(self.profile.objectives), "--settings", json.dumps(self.profile.measure), *args,
+        ]  # fmt: skip
+        return spawn(
+            command,
+            env={**self.env, "CUDA_VISIBLE_DEVICES": str(gpu)},
+            preexec_fn=lambda cpus=cpus: os.sched_setaffinity(0, cpus),  # type: ignore[misc]
+            cwd=REPO,
+            stdout=open(self.work / log_name, "w"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+
+    def start_head_to_head(self, api: Api) -> None:
+        """The GEMM study's best against the recorded sweep's best and the baseline."""
+        versus = self.write_versus(api, {"sweep_best": self.profile.sweep_best, "baseline": self.profile.baseline})
+        log(f"head to head on GPUs {self.versus_gpus}: {versus.read_text()}")
         for gpu in self.versus_gpus:
-            measure, compile_ = cpu_sets(gpu, self.slots)
-            cpus = [int(c) for c in f"{measure},{compile_}".split(",") if c]
-            command = [
-                sys.executable, str(REPO / "bench" / "gpu" / "sweep.py"), "--kernel", builtin, "--backend", backend,
-                "--cache", str(self.cache_dir), "--out", str(OUT / f"h2h_gpu{gpu}.json"), "--only-versus",
-                "--versus", str(versus), "--rounds", str(self.args.rounds),
-                "--deadline-s", f"{max(5.0, self.deadline - 15 - time.monotonic()):.0f}",
-                "--objectives", ",".join(self.profile.objectives), "--settings", json.dumps(self.profile.measure),
-            ]  # fmt: skip
-            self.h2h[gpu] = spawn(
-                command,
-                env={**self.env, "CUDA_VISIBLE_DEVICES": str(gpu)},
-                preexec_fn=lambda cpus=cpus: os.sched_setaffinity(0, cpus),  # type: ignore[misc]
-                cwd=REPO,
-                stdout=open(self.work / f"h2h{gpu}.log", "w"),  # noqa: SIM115
-                stderr=subprocess.STDOUT,
+            out = str(OUT / f"h2h_gpu{gpu}.json")
+            self.h2h[gpu] = self.spawn_sweep_py(
+                gpu, versus, f"h2h{gpu}.log", "--cache", str(self.cache_dir), "--out", out, "--only-versus"
             )
 
     # -- sweep ----------------------------------------------------------------------------
@@ -495,33 +505,13 @@ class Run:
         sweep's best, the study's best and the baseline."""
         if not self.compiled_ahead.wait(timeout=60):  # the sweep compiles what is missing itself
             log("compile ahead still running; the sweep starts without its compile errors")
-        configs = {"baseline": self.profile.baseline}
-        best = api.get(f"/v1/studies/{self.studies['gemm']}/trials", sort="runtime_ms", limit=1)["items"]
-        if best and best[0].get("values"):
-            configs["study_best"] = best[0]["config"]
-        versus = self.work / "versus.json"
-        versus.write_text(json.dumps(configs))
+        versus = self.write_versus(api, {"baseline": self.profile.baseline})
         gpu = self.roles["gemm"]
-        measure, compile_ = cpu_sets(gpu, self.slots)
-        cpus = [int(c) for c in f"{measure},{compile_}".split(",") if c]
-        backend, builtin = self.profile.kernels["gemm"]
-        command = [
-            sys.executable, str(REPO / "bench" / "gpu" / "sweep.py"), "--kernel", builtin, "--backend", backend,
-            "--cache", str(self.sweep_cache), "--out", str(OUT / "sweep.json"), "--versus", str(versus),
-            "--rounds", str(self.args.rounds), "--deadline-s", f"{max(5.0, self.deadline - 15 - time.monotonic()):.0f}",
-            "--objectives", ",".join(self.profile.objectives), "--settings", json.dumps(self.profile.measure),
-        ]  # fmt: skip
+        args = ["--cache", str(self.sweep_cache), "--out", str(OUT / "sweep.json")]
         if self.sweep_failures.exists():
-            command += ["--failures", str(self.sweep_failures)]
-        log(f"sweep on GPU {gpu}, then head to head with {json.dumps(configs)}")
-        self.sweep = spawn(
-            command,
-            env={**self.env, "CUDA_VISIBLE_DEVICES": str(gpu)},
-            preexec_fn=lambda cpus=cpus: os.sched_setaffinity(0, cpus),  # type: ignore[misc]
-            cwd=REPO,
-            stdout=open(self.work / "sweep.log", "w"),  # noqa: SIM115
-            stderr=subprocess.STDOUT,
-        )
+            args += ["--failures", str(self.sweep_failures)]
+        log(f"sweep on GPU {gpu}, then head to head with {versus.read_text()}")
+        self.sweep = self.spawn_sweep_py(gpu, versus, "sweep.log", *args)
 
     # -- main loop ------------------------------------------------------------------------
 
