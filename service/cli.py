@@ -96,7 +96,7 @@ def token_create(
     superuser: Annotated[bool, typer.Option(help="operator token: manages teams and worker tokens")] = False,
 ) -> None:
     """Create a token directly in the database and print its secret (shown once)."""
-    from service import auth
+    from service.accounts import tokens as auth
     from service.config import Settings
     from service.store.db import Database
     from service.store.migrate import upgrade
@@ -124,7 +124,7 @@ def up(
     """Everything on one machine: SQLite service, local worker(s), dashboard, a demo study."""
     import uvicorn
 
-    from service import auth
+    from service.accounts import tokens as auth
     from service.app import create_app
     from service.config import Settings
     from service.store.db import Database

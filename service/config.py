@@ -21,6 +21,8 @@ class Settings:
     reaper_interval_s: float = 2.0  # how often expired leases and wall-time limits are checked
     max_body_bytes: int = 1_000_000  # study documents and results larger than this are refused
     poll_interval_s: float = 0.5  # long-poll and event re-check period without Redis
+    schedule_interval_s: float = 1.0  # how often each replica looks for studies whose step has work
+    keep_alive_s: float = 75.0  # idle HTTP connections are kept this long (longer than clients keep them)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -34,6 +36,7 @@ class Settings:
             heartbeat_s=float(os.environ.get("PARETUNE_HEARTBEAT_S", 10)),
             reaper_interval_s=float(os.environ.get("PARETUNE_REAPER_INTERVAL_S", 2)),
             poll_interval_s=float(os.environ.get("PARETUNE_POLL_INTERVAL_S", 0.5)),
+            schedule_interval_s=float(os.environ.get("PARETUNE_SCHEDULE_INTERVAL_S", 1.0)),
         )
 
     @property

@@ -47,3 +47,19 @@ class Conflict(ApiError):
 class TooLarge(ApiError):
     status = 413
     code = "too_large"
+
+
+class TooManyRequests(ApiError):
+    status = 429
+    code = "too_many_requests"
+
+
+def invalid_from_pydantic(exc: Any) -> Invalid:
+    """A 422 from a pydantic ValidationError: every error with its field, the first named."""
+    errors = [
+        {"field": ".".join(str(p) for p in e["loc"]), "message": str(e["msg"]).removeprefix("Value error, ")}
+        for e in exc.errors()
+    ]
+    first = errors[0] if errors else {"field": None}
+    summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+    return Invalid(summary, field=first["field"], errors=errors)

@@ -1,8 +1,12 @@
-"""Wake-ups for long-polls and event streams. Redis accelerates; it never holds truth.
+"""Wake-ups for long-polls, event streams and scheduling steps. Redis accelerates; it never
+holds truth, and it never holds up a request.
 
-Channels are `pool:<name>` (a trial was queued there) and `study:<id>` (a trial changed).
-Without Redis, wake-ups reach waiters of this process only and waiters re-check the
-database every poll interval, which is what other replicas rely on.
+Channels are `pool:<name>` (a trial was queued there), `study:<id>` (a study or one of its
+trials changed) and `studies`. `notify` wakes this replica's waiters at once and hands the
+channels to a background publisher; Redis is reached only from background tasks, through
+an asyncio client with short timeouts, so a Redis that is down or hung (its port open, the
+process stopped) only delays other replicas' wake-ups: their waiters re-check the database
+every poll interval anyway.
 """
 
 from __future__ import annotations
@@ -10,10 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 log = logging.getLogger("paretune.notify")
 PREFIX = "paretune:"
+REDIS_TIMEOUT_S = 0.5
+QUEUE_LIMIT = 10_000  # channels waiting to be published; past it the oldest are dropped
+WARN_EVERY_S = 30.0
 
 
 class Notifier:
@@ -21,45 +29,54 @@ class Notifier:
         self.redis_url = redis_url
         self._loop: asyncio.AbstractEventLoop | None = None
         self._events: dict[str, asyncio.Event] = {}
-        self._sync_redis: Any = None
-        self._task: asyncio.Task[None] | None = None
+        self._outbox: asyncio.Queue[str] | None = None
+        self._redis: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_warning = 0.0
+        self.dropped = 0
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self.redis_url:
-            import redis
+            import redis.asyncio as aioredis
 
-            self._sync_redis = redis.Redis.from_url(self.redis_url)
-            self._task = asyncio.create_task(self._listen())
+            self._redis = aioredis.Redis.from_url(
+                self.redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
+            )
+            self._outbox = asyncio.Queue(QUEUE_LIMIT)
+            self._tasks = [asyncio.create_task(self._publish()), asyncio.create_task(self._listen())]
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        if self._sync_redis is not None:
-            self._sync_redis.close()
+                await task
+        if self._redis is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._redis.aclose(), REDIS_TIMEOUT_S)
 
-    def ping(self) -> bool | None:
-        """Redis reachability: None when Redis is not configured."""
-        if self._sync_redis is None:
+    async def ping(self) -> bool | None:
+        """Redis reachability within its timeout: None when Redis is not configured."""
+        if self._redis is None:
             return None
         try:
-            return bool(self._sync_redis.ping())
+            return bool(await asyncio.wait_for(self._redis.ping(), REDIS_TIMEOUT_S))
         except Exception:
             return False
 
     def notify(self, *channels: str) -> None:
-        """Wake waiters on these channels; callable from any thread."""
-        if self._sync_redis is not None:
-            for channel in channels:
-                try:
-                    self._sync_redis.publish(PREFIX + channel, "1")
-                except Exception as exc:  # Redis down: the database poll still delivers
-                    log.warning("redis publish failed: %s", exc)
-        if self._loop is not None:
-            for channel in channels:
-                self._loop.call_soon_threadsafe(self._fire, channel)
+        """Wake waiters on these channels; callable from any thread, never blocks."""
+        if self._loop is not None and channels:
+            self._loop.call_soon_threadsafe(self._deliver, channels)
+
+    def _deliver(self, channels: tuple[str, ...]) -> None:
+        for channel in channels:
+            self._fire(channel)
+            if self._outbox is not None:
+                if self._outbox.full():
+                    self._outbox.get_nowait()
+                    self.dropped += 1
+                self._outbox.put_nowait(channel)
 
     async def wait(self, channel: str, timeout: float) -> bool:
         event = self._events.setdefault(channel, asyncio.Event())
@@ -74,20 +91,39 @@ class Notifier:
         if event is not None:
             event.set()
 
-    async def _listen(self) -> None:
-        import redis.asyncio as aioredis
+    async def _publish(self) -> None:
+        assert self._outbox is not None
+        while True:
+            channels = {await self._outbox.get()}
+            while not self._outbox.empty():
+                channels.add(self._outbox.get_nowait())
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for channel in channels:
+                        pipe.publish(PREFIX + channel, "1")
+                    await asyncio.wait_for(pipe.execute(), REDIS_TIMEOUT_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # down or hung: other replicas fall back to polling
+                self._warn(f"redis publish failed ({exc!r}); wake-ups go by polling meanwhile")
 
+    async def _listen(self) -> None:
         while True:
             try:
-                client = aioredis.Redis.from_url(self.redis_url)  # type: ignore[arg-type]
-                pubsub = client.pubsub()
-                await pubsub.psubscribe(PREFIX + "*")
-                async for message in pubsub.listen():
-                    if message.get("type") == "pmessage":
-                        channel = message["channel"].decode()[len(PREFIX):]
-                        self._fire(channel)
+                pubsub = self._redis.pubsub()
+                await asyncio.wait_for(pubsub.psubscribe(PREFIX + "*"), REDIS_TIMEOUT_S)
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+                    if message and message.get("type") == "pmessage":
+                        self._fire(message["channel"].decode()[len(PREFIX):])
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("redis subscription lost (%s); retrying in 1 s", exc)
+                self._warn(f"redis subscription lost ({exc!r}); retrying in 1 s")
                 await asyncio.sleep(1)
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_warning > WARN_EVERY_S:
+            self._last_warning = now
+            log.warning(message)

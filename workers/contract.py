@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,10 +63,10 @@ class RegisterResponse(BaseModel):
 class WorkloadShape(BaseModel):
     """One shape of the workload, with its weight in the traffic mix."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    dims: dict[str, int]
-    weight: float = Field(default=1.0, gt=0)
+    dims: dict[Annotated[str, Field(max_length=100)], Annotated[int, Field(ge=0, le=2**40)]] = Field(max_length=32)
+    weight: float = Field(default=1.0, gt=0, le=1e12)
 
 
 class KernelSpec(BaseModel):
@@ -83,13 +83,13 @@ class KernelSpec(BaseModel):
 
 
 class MeasureSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    warmup_s: float = Field(default=0.05, ge=0)
-    min_repeats: int = Field(default=20, ge=1)
-    max_repeats: int = Field(default=2000, ge=1)
-    target_s: float = Field(default=0.3, gt=0)  # time budget per measurement
-    hot_window_s: float = Field(default=1.0, gt=0)  # GPU hot window (energy, runtime_ms)
+    warmup_s: float = Field(default=0.05, ge=0, le=600)
+    min_repeats: int = Field(default=20, ge=1, le=1_000_000)
+    max_repeats: int = Field(default=2000, ge=1, le=1_000_000)
+    target_s: float = Field(default=0.3, gt=0, le=3600)  # time budget per measurement
+    hot_window_s: float = Field(default=1.0, gt=0, le=600)  # GPU hot window (energy, runtime_ms)
     confidence: float = Field(default=0.95, gt=0, lt=1)
 
 

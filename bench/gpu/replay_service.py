@@ -96,7 +96,7 @@ class Replayer:
     def __init__(self) -> None:
         from fastapi.testclient import TestClient
 
-        from service import auth
+        from service.accounts import tokens as auth
         from service.app import create_app
         from service.config import Settings
         from service.store.db import Database

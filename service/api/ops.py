@@ -8,23 +8,24 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
-from service.app import StateDep
+from service.api.deps import AppState, StateDep
 
 router = APIRouter(tags=["operations"])
 
 
+def _database_ok(state: AppState) -> bool:
+    try:
+        with state.db.read() as session:
+            session.execute(text("SELECT 1"))
+        return True
+    except Exception:
+        return False
+
+
 @router.get("/healthz")
 async def healthz(state: StateDep) -> JSONResponse:
-    def database() -> bool:
-        try:
-            with state.db.read() as session:
-                session.execute(text("SELECT 1"))
-            return True
-        except Exception:
-            return False
-
-    db_ok = await run_in_threadpool(database)
-    redis_ok = await run_in_threadpool(state.notifier.ping)
+    db_ok = await run_in_threadpool(_database_ok, state)
+    redis_ok = await state.notifier.ping()
     healthy = db_ok and redis_ok is not False
     body = {"status": "ok" if healthy else "degraded", "database": db_ok,
             "redis": "not configured" if redis_ok is None else redis_ok}

@@ -1,16 +1,29 @@
 """The study document: what a platform team sends to start a tuning study.
 
 Validation lives here so that every mistake is reported with the field that holds it and
-what is allowed there (the API turns these into 422 responses).
+what is allowed there (the API turns these into 422 responses). Every field is bounded in
+size, count and depth, so that no document can make the service materialise something
+large: limits are listed in docs/api.md.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from service.domain.space import (
+    MAX_GRID_POINTS,
+    MAX_PARAMETERS,
+    MAX_STRING,
+    NAME_RE,
+    Parameter,
+    Scalar,
+    SearchSpace,
+    StrictModel,
+    param_default,
+    value_problem,
+)
 from workers.contract import MeasureSettings, WorkloadShape
 
 # name -> (default direction, unit, meaning)
@@ -25,99 +38,21 @@ KNOWN_OBJECTIVES: dict[str, tuple[str, str, str]] = {
 ENERGY_OBJECTIVES = {"energy_mj", "power_w"}
 BACKENDS = ("cpu", "python", "triton", "cuda")
 SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "grid")
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$")
-MAX_PARAMETERS = 200
-MAX_CHOICES = 10_000
+MAX_PARALLELISM = 1_000
+MAX_DEPTH = 24  # nesting of the whole document
+MAX_OPTION_KEYS = 64
+MAX_WALL_TIME_S = 90 * 86_400.0
 
-Scalar = str | int | float | bool | None
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class IntParam(StrictModel):
-    name: str
-    type: Literal["int"]
-    low: int
-    high: int
-    step: int = Field(default=1, ge=1)
-    log: bool = False
-    default: int | None = None
-
-    @model_validator(mode="after")
-    def _range(self) -> IntParam:
-        _check_range(self.low, self.high, self.log)
-        if self.log and self.step != 1:
-            raise ValueError("step must be 1 when log is true")
-        if (self.high - self.low) % self.step:
-            raise ValueError(f"high - low ({self.high - self.low}) must be a multiple of step ({self.step})")
-        if self.default is not None and not (
-            self.low <= self.default <= self.high and (self.default - self.low) % self.step == 0
-        ):
-            raise ValueError(f"default {self.default} is not in [{self.low}, {self.high}] step {self.step}")
-        return self
-
-
-class FloatParam(StrictModel):
-    name: str
-    type: Literal["float"]
-    low: float
-    high: float
-    step: float | None = Field(default=None, gt=0)
-    log: bool = False
-    default: float | None = None
-
-    @model_validator(mode="after")
-    def _range(self) -> FloatParam:
-        _check_range(self.low, self.high, self.log)
-        if self.log and self.step is not None:
-            raise ValueError("step cannot be combined with log: true")
-        if self.default is not None and not self.low <= self.default <= self.high:
-            raise ValueError(f"default {self.default} is not in [{self.low}, {self.high}]")
-        return self
-
-
-class CategoricalParam(StrictModel):
-    name: str
-    type: Literal["categorical"]
-    choices: list[Scalar] = Field(max_length=MAX_CHOICES)
-    default: Scalar = None
-
-    @model_validator(mode="after")
-    def _choices(self) -> CategoricalParam:
-        if not self.choices:
-            raise ValueError("choices must name at least one value")
-        if len({repr(c) for c in self.choices}) != len(self.choices):
-            raise ValueError("choices must not repeat a value")
-        if "default" in self.model_fields_set and self.default not in self.choices:
-            raise ValueError(f"default {self.default!r} is not one of the choices")
-        return self
-
-
-class BoolParam(StrictModel):
-    name: str
-    type: Literal["bool"]
-    default: bool | None = None
-
-
-Parameter = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam, Field(discriminator="type")]
-
-
-def _check_range(low: float, high: float, log: bool) -> None:
-    if low > high:
-        raise ValueError(f"low ({low}) must not be greater than high ({high})")
-    if log and low <= 0:
-        raise ValueError(f"low must be > 0 when log is true (got {low})")
+ShortText = Annotated[str, Field(max_length=MAX_STRING)]
 
 
 class Objective(StrictModel):
-    name: str
+    name: ShortText
     direction: Literal["minimize", "maximize"] | None = None
 
 
 class Constraint(StrictModel):
-    metric: str
+    metric: ShortText
     op: Literal["<=", ">="]
     value: float
 
@@ -128,7 +63,7 @@ class Kernel(StrictModel):
     source: str | None = Field(default=None, max_length=500_000)
     entry: str | None = Field(default=None, max_length=200)
     workload: list[WorkloadShape] = Field(default_factory=list, max_length=1000)
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[ShortText, Any] = Field(default_factory=dict, max_length=MAX_OPTION_KEYS)
 
     @field_validator("backend")
     @classmethod
@@ -146,8 +81,8 @@ class Kernel(StrictModel):
 
 class Sampler(StrictModel):
     name: str = "auto"
-    seed: int | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+    options: dict[ShortText, Scalar] = Field(default_factory=dict, max_length=MAX_OPTION_KEYS)
 
     @field_validator("name")
     @classmethod
@@ -159,8 +94,8 @@ class Sampler(StrictModel):
 
 class Budget(StrictModel):
     max_trials: int = Field(default=100, ge=1, le=1_000_000)
-    max_failed_trials: int | None = Field(default=None, ge=0)
-    wall_time_s: float | None = Field(default=None, gt=0)
+    max_failed_trials: int | None = Field(default=None, ge=0, le=1_000_000)
+    wall_time_s: float | None = Field(default=None, gt=0, le=MAX_WALL_TIME_S)
 
 
 class Limits(StrictModel):
@@ -174,16 +109,16 @@ class StudyDocument(StrictModel):
     description: str = Field(default="", max_length=10_000)
     kernel: Kernel
     space: list[Parameter] | None = Field(default=None, max_length=MAX_PARAMETERS)
-    baseline: dict[str, Any] | None = None
-    objectives: list[Objective | str] = Field(min_length=1, max_length=8)
+    baseline: dict[ShortText, Scalar] | None = Field(default=None, max_length=MAX_PARAMETERS)
+    objectives: list[Objective | ShortText] = Field(min_length=1, max_length=8)
     constraints: list[Constraint] = Field(default_factory=list, max_length=32)
     sampler: Sampler = Field(default_factory=Sampler)
     budget: Budget = Field(default_factory=Budget)
-    parallelism: int = Field(default=4, ge=1, le=10_000)
+    parallelism: int = Field(default=4, ge=1, le=MAX_PARALLELISM)
     pool: str = Field(default="default", min_length=1, max_length=100)
     limits: Limits = Field(default_factory=Limits)
     measure: MeasureSettings = Field(default_factory=MeasureSettings)
-    reference_point: dict[str, float] | None = None  # per objective, relative to the baseline
+    reference_point: dict[ShortText, float] | None = Field(default=None, max_length=8)  # ratios to the baseline
 
     @field_validator("objectives", mode="after")
     @classmethod
@@ -193,18 +128,7 @@ class StudyDocument(StrictModel):
     @field_validator("space", mode="after")
     @classmethod
     def _space(cls, value: list[Any] | None) -> list[Any] | None:
-        if value is None:
-            return None
-        if not value:
-            raise ValueError("space must hold at least one parameter (or be left out for a built-in)")
-        names = [p.name for p in value]
-        for name in names:
-            if not NAME_RE.match(name):
-                raise ValueError(f"parameter name {name!r} must match {NAME_RE.pattern}")
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"parameter names must be unique; repeated: {', '.join(duplicates)}")
-        return value
+        return None if value is None else SearchSpace.validate_parameters(value)
 
 
 class DocumentError(ValueError):
@@ -214,6 +138,26 @@ class DocumentError(ValueError):
         super().__init__(message)
         self.field = field
         self.message = message
+
+
+def check_shape(raw: Any) -> None:
+    """Refuse what no schema check should have to walk into: nesting deeper than MAX_DEPTH
+    and NUL characters (which no database stores in text), naming where they are."""
+    stack: list[tuple[Any, str, int]] = [(raw, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise DocumentError(path or "body", f"the document is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise DocumentError(path or "body", "text must not contain NUL characters")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and "\x00" in key:
+                    raise DocumentError(path or "body", "keys must not contain NUL characters")
+                stack.append((item, f"{path}.{key}" if path else str(key), depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}.{i}" if path else str(i), depth + 1) for i, item in enumerate(value))
 
 
 def resolve_objectives(doc: StudyDocument) -> list[dict[str, str]]:
@@ -232,7 +176,7 @@ def resolve_objectives(doc: StudyDocument) -> list[dict[str, str]]:
             raise DocumentError(
                 f"objectives.{i}.name",
                 f"unknown objective {name!r}; use one of {', '.join(KNOWN_OBJECTIVES)}"
-                + (" (python kernels may also name metrics their function returns)"),
+                " (python kernels may also name metrics their function returns)",
             )
         direction = objective.direction or (known[0] if known else "minimize")
         resolved.append({"name": name, "direction": direction})
@@ -246,21 +190,15 @@ def resolve_objectives(doc: StudyDocument) -> list[dict[str, str]]:
     return resolved
 
 
-def param_default(param: Any) -> Any:
-    if param.default is not None or isinstance(param, CategoricalParam) and "default" in param.model_fields_set:
-        return param.default
-    return None
-
-
-def resolve_baseline(space: list[Any], given: dict[str, Any] | None, builtin_default: dict[str, Any]) -> dict[str, Any]:
+def resolve_baseline(space: SearchSpace, given: dict[str, Any] | None,
+                     builtin_default: dict[str, Any]) -> dict[str, Any]:
     """The baseline configuration: the document's, else the built-in kernel's default, else
     each parameter's default. Every parameter must get a value inside its range."""
     baseline: dict[str, Any] = {}
-    by_name = {p.name: p for p in space}
     for key in given or {}:
-        if key not in by_name:
+        if key not in space.by_name:
             raise DocumentError(f"baseline.{key}", f"baseline names {key!r}, which is not a parameter of the space")
-    for index, param in enumerate(space):
+    for index, param in enumerate(space.parameters):
         if given and param.name in given:
             value, field = given[param.name], f"baseline.{param.name}"
         elif param.name in builtin_default:
@@ -279,48 +217,28 @@ def resolve_baseline(space: list[Any], given: dict[str, Any] | None, builtin_def
     return baseline
 
 
-def value_problem(param: Any, value: Any) -> str | None:
-    """Why `value` is not a valid setting of `param`, or None."""
-    if isinstance(param, BoolParam):
-        return None if isinstance(value, bool) else f"{value!r} is not true or false"
-    if isinstance(param, CategoricalParam):
-        return None if value in param.choices else f"{value!r} is not one of {param.choices}"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"{value!r} is not a number"
-    if isinstance(param, IntParam):
-        if not isinstance(value, int):
-            return f"{value!r} is not an integer"
-        if not param.low <= value <= param.high or (value - param.low) % param.step:
-            return f"{value} is not in [{param.low}, {param.high}] step {param.step}"
-        return None
-    if not param.low <= value <= param.high:
-        return f"{value} is not in [{param.low}, {param.high}]"
-    return None
-
-
-def grid_size(space: list[Any]) -> int | None:
-    """Number of points of the full grid, or None when a float parameter has no step."""
-    size = 1
-    for param in space:
-        if isinstance(param, BoolParam):
-            size *= 2
-        elif isinstance(param, CategoricalParam):
-            size *= len(param.choices)
-        elif isinstance(param, IntParam):
-            size *= (param.high - param.low) // param.step + 1
-        elif param.step is None:
-            return None
-        else:
-            size *= int(round((param.high - param.low) / param.step)) + 1
+def check_grid(space: SearchSpace) -> int:
+    """The grid's size, or why a grid sampler cannot walk this space."""
+    size = space.grid_size()
+    if size is None:
+        raise DocumentError("sampler.name", "grid needs a step on every float parameter")
+    if size > MAX_GRID_POINTS:
+        raise DocumentError(
+            "sampler.name",
+            f"the grid has {size:.3g} points, over the limit of {MAX_GRID_POINTS:,}; "
+            "use nsga2, tpe or random, or give fewer values",
+        )
     return size
 
 
-def grid_values(param: Any) -> list[Any]:
-    if isinstance(param, BoolParam):
-        return [False, True]
-    if isinstance(param, CategoricalParam):
-        return list(param.choices)
-    if isinstance(param, IntParam):
-        return list(range(param.low, param.high + 1, param.step))
-    count = int(round((param.high - param.low) / param.step)) + 1
-    return [param.low + i * param.step for i in range(count)]
+def reference_point(doc: StudyDocument, objectives: list[dict[str, str]]) -> dict[str, float]:
+    given = doc.reference_point or {}
+    names = [o["name"] for o in objectives]
+    for key, value in given.items():
+        if key not in names:
+            raise DocumentError(f"reference_point.{key}", f"{key!r} is not an objective of this study")
+        if value <= 1.0:
+            raise DocumentError(
+                f"reference_point.{key}", "a reference point is a ratio to the baseline and must be > 1"
+            )
+    return {name: float(given.get(name, 2.0)) for name in names}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,7 +27,10 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         self.engine = _make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._write_lock = threading.RLock()
+        event.listen(self.sessions, "after_commit", _run_after_commit)
+        event.listen(self.sessions, "after_rollback", _forget_after_commit)
+        # a plain Lock: a request's session may be opened and closed on different threads
+        self._write_lock = threading.Lock()
 
     @contextmanager
     def write(self) -> Iterator[Session]:
@@ -47,6 +50,21 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def after_commit(session: Session, callback: Callable[[], None]) -> None:
+    """Run `callback` once the session's transaction has committed (not if it rolls back):
+    wake-ups must not reach anyone before what they announce is visible."""
+    session.info.setdefault("after_commit", []).append(callback)
+
+
+def _run_after_commit(session: Session) -> None:
+    for callback in session.info.pop("after_commit", []):
+        callback()
+
+
+def _forget_after_commit(session: Session) -> None:
+    session.info.pop("after_commit", None)
 
 
 def _make_engine(url: str) -> Engine:
@@ -74,21 +92,36 @@ def _make_engine(url: str) -> Engine:
     return create_engine(url, pool_size=20, max_overflow=40, pool_pre_ping=True)
 
 
-def lock_study(session: Session, study_id: int) -> Study | None:
-    """Lock a study row for the rest of the transaction: serialises ask/tell per study."""
+def is_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def lock_study(session: Session, study_id: int, *, skip_locked: bool = False) -> Study | None:
+    """Lock a study row for the rest of the transaction: the study's scheduling lock (its
+    step, pause, resume, cancel and lease expiry take it; leases and results do not).
+    With skip_locked, None when another transaction holds it. SQLite has one writer at a
+    time, which serialises the same work."""
     # populate_existing: a row this session already holds is re-read under the lock
     stmt = select(Study).where(Study.id == study_id).execution_options(populate_existing=True)
-    if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.with_for_update()
+    if is_postgres(session):
+        stmt = stmt.with_for_update(skip_locked=skip_locked)
     return session.execute(stmt).scalar_one_or_none()
 
 
 def next_seq(session: Session) -> int:
-    """A value of the trial change sequence (ordering for event streams and sampler sync)."""
-    if session.get_bind().dialect.name == "postgresql":
-        return int(session.execute(text("SELECT nextval('trial_seq')")).scalar_one())
-    value = session.execute(
-        update(Counter).where(Counter.name == "trial_seq").values(value=Counter.value + 1)
+    """A value of the change sequence (ordering for event streams and sampler sync)."""
+    return next_seqs(session, 1)[0]
+
+
+def next_seqs(session: Session, count: int) -> list[int]:
+    """`count` fresh values of the change sequence."""
+    if count <= 0:
+        return []
+    if is_postgres(session):
+        rows = session.execute(text("SELECT nextval('trial_seq') FROM generate_series(1, :n)"), {"n": count})
+        return [int(r[0]) for r in rows]
+    last = session.execute(
+        update(Counter).where(Counter.name == "trial_seq").values(value=Counter.value + count)
         .returning(Counter.value)
     ).scalar_one()
-    return int(value)
+    return list(range(int(last) - count + 1, int(last) + 1))

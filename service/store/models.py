@@ -17,6 +17,8 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -108,6 +110,7 @@ class Study(Base):
     hypervolume: Mapped[float | None] = mapped_column(Float, nullable=True)
     front_size: Mapped[int] = mapped_column(Integer, default=0)
     best: Mapped[dict[str, Any]] = mapped_column(default=dict)  # objective -> best raw value
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), default=0)  # last change
     created_by: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -123,6 +126,7 @@ class Trial(Base):
         Index("ix_trials_study_seq", "study_id", "seq"),
         Index("ix_trials_study_front", "study_id", "on_front"),
         Index("ix_trials_study_state_number", "study_id", "state", "number"),
+        Index("ix_trials_untold", "study_id", postgresql_where=text("NOT told"), sqlite_where=text("NOT told")),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -148,6 +152,8 @@ class Trial(Base):
     feasible: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     constraint_values: Mapped[list[Any] | None] = mapped_column(Json, nullable=True)  # <= 0 feasible
     on_front: Mapped[bool] = mapped_column(Boolean, default=False)
+    # finished and accounted for by the study's scheduling step (counts, front, sampler)
+    told: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     completed_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     hypervolume_after: Mapped[float | None] = mapped_column(Float, nullable=True)
     failure_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service import auth
+from service.accounts import tokens as auth
 from service.app import create_app
 from service.config import Settings
+from service.scheduling.step import pending_studies
 from service.store.db import Database
 from service.store.migrate import upgrade
 
@@ -67,19 +68,39 @@ class Api:
     def post_result(self, worker: tuple[dict[str, str], int], token: str, body: dict[str, Any]) -> Any:
         return self.client.post(f"/v1/leases/{token}/result", json=body, headers=worker[0])
 
+    def quiesce(self) -> None:
+        """Run every study's scheduling step until none has anything left to do (the
+        background scheduler does the same, a moment later)."""
+        state = self.client.app.state.paretune  # type: ignore[attr-defined]
+        while True:
+            with state.db.read() as session:
+                pending = pending_studies(session)
+            reports = [state.scheduler.step_now(study_id, wait=True) for study_id in pending]
+            if not any(r is not None and r.changed for r in reports):
+                return
+
     def run_worker(self, worker: tuple[dict[str, str], int], results: Any, limit: int = 100_000) -> int:
         """Lease and report until nothing is queued; `results(trial)` makes each result body."""
         done = 0
-        while done < limit and (held := self.lease(worker)) is not None:
+        while done < limit:
+            held = self.lease(worker)
+            if held is None:
+                self.quiesce()
+                held = self.lease(worker)
+            if held is None:
+                break
             r = self.post_result(worker, held["token"], results(held["trial"]))
             assert r.status_code == 200, r.text
             done += 1
+        self.quiesce()
         return done
 
     def create_study(self, **changes: Any) -> dict[str, Any]:
+        """A study, once its first step has queued its first trials."""
         r = self.client.post("/v1/studies", json=study_doc(**changes), headers=self.admin)
         assert r.status_code == 201, r.text
-        return r.json()  # type: ignore[no-any-return]
+        self.quiesce()
+        return self.client.get(f"/v1/studies/{r.json()['id']}", headers=self.admin).json()  # type: ignore[no-any-return]
 
 
 def make_api(database_url: str, **settings: Any) -> Iterator[Api]:

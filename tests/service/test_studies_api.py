@@ -104,7 +104,8 @@ def test_too_many_failures_fail_the_study(api: Api) -> None:
     api.run_worker(api.worker(), lambda t: {"status": "failed", "failure_reason": "crash"})
     done = api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()
     assert done["state"] == "failed" and "too many failed trials" in done["finish_reason"]
-    assert done["progress"]["failed"] == 4
+    # the fourth failure ends the study; a trial already queued may have been leased meanwhile
+    assert 4 <= done["progress"]["failed"] <= 5
 
 
 def test_constraints_make_trials_infeasible_and_keep_them_off_the_front(api: Api) -> None:

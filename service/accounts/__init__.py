@@ -1,0 +1,1 @@
+"""Teams, tokens and who may do what."""

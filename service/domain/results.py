@@ -1,0 +1,40 @@
+"""What a worker's result means for a study, with no I/O: the objective values, the
+constraint values (<= 0 is feasible) and feasibility, or why the result cannot count."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Outcome:
+    values: dict[str, float]
+    constraint_values: list[float] | None  # None when the study has no constraints
+    feasible: bool
+
+
+class Unusable(Exception):
+    """The worker's result cannot count as completed (a needed metric is missing or bad)."""
+
+
+def evaluate(objectives: Sequence[Mapping[str, str]], constraints: Sequence[Mapping[str, Any]],
+             metrics: Mapping[str, float]) -> Outcome:
+    """`metrics` maps metric names to measured values."""
+    needed = [o["name"] for o in objectives] + [c["metric"] for c in constraints]
+    for name in needed:
+        if name not in metrics:
+            raise Unusable(f"the worker reported no value for {name!r}")
+        if not math.isfinite(metrics[name]):
+            raise Unusable(f"{name!r} is not a finite number ({metrics[name]})")
+    values = {o["name"]: float(metrics[o["name"]]) for o in objectives}
+    limits = [constraint_value(c, float(metrics[c["metric"]])) for c in constraints]
+    return Outcome(values, limits or None, all(v <= 0 for v in limits))
+
+
+def constraint_value(constraint: Mapping[str, Any], measured: float) -> float:
+    """How far the measurement is past the constraint's limit (> 0 violates it)."""
+    limit = float(constraint["value"])
+    return measured - limit if constraint["op"] == "<=" else limit - measured

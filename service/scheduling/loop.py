@@ -1,0 +1,122 @@
+"""Runs the studies' scheduling steps in the background of each control-plane replica.
+
+A step is woken by this replica's own events (a result arrived, a study was created or
+resumed, a lease expired) and by a timer that looks for studies with work in the database,
+so that work left by a replica that died, or that arrived at another replica, is found
+within `schedule_interval_s`. The database lock of each step makes sure that only one
+replica steps a study at a time; the others skip it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from starlette.concurrency import run_in_threadpool
+
+from service.config import Settings
+from service.notify import Notifier
+from service.scheduling.mirror import MirrorCache
+from service.scheduling.step import StepReport, pending_studies, run_step
+from service.store.db import Database
+
+log = logging.getLogger("paretune.scheduling")
+CONCURRENT_STEPS = 4
+RETRY_BUSY_S = 0.2  # another replica held the study's lock: look again soon
+
+
+class Scheduler:
+    def __init__(self, db: Database, cache: MirrorCache, notifier: Notifier, settings: Settings) -> None:
+        self.db = db
+        self.cache = cache
+        self.notifier = notifier
+        self.interval_s = settings.schedule_interval_s
+        self._pending: set[int] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._slots = asyncio.Semaphore(CONCURRENT_STEPS)
+        self._running: set[int] = set()
+        self.steps = 0
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def wake(self, *study_ids: int) -> None:
+        """Ask for a step of these studies soon; callable from any thread."""
+        if self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._add, study_ids)
+
+    def _add(self, study_ids: tuple[int, ...]) -> None:
+        self._pending.update(study_ids)
+        assert self._event is not None
+        self._event.set()
+
+    async def _run(self) -> None:
+        assert self._event is not None
+        next_scan = 0.0
+        in_flight: set[asyncio.Task[None]] = set()
+        while True:
+            timeout = max(0.0, next_scan - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), timeout)
+            self._event.clear()
+            if time.monotonic() >= next_scan:
+                next_scan = time.monotonic() + self.interval_s
+                try:
+                    self._pending.update(await run_in_threadpool(self._scan))
+                except Exception:
+                    log.exception("looking for studies with work failed; retrying")
+            ready = self._pending - self._running
+            self._pending -= ready
+            for study_id in sorted(ready):
+                self._running.add(study_id)
+                task = asyncio.create_task(self._step(study_id))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+
+    def _scan(self) -> list[int]:
+        with self.db.read() as session:
+            return pending_studies(session)
+
+    async def _step(self, study_id: int) -> None:
+        try:
+            async with self._slots:
+                report = await run_in_threadpool(self.step_now, study_id)
+        finally:
+            self._running.discard(study_id)
+        if report is None:  # busy elsewhere: try again shortly
+            assert self._loop is not None
+            self._loop.call_later(RETRY_BUSY_S, self._add, (study_id,))
+            return
+        if report.queued:
+            self.notifier.notify(f"pool:{report.pool}")
+        if report.changed:
+            self.notifier.notify(f"study:{study_id}", "studies")
+        if report.more:
+            self._pending.add(study_id)
+        if self._pending and self._event is not None:
+            self._event.set()  # wake-ups that came while this step ran
+
+    def step_now(self, study_id: int, *, wait: bool = False) -> StepReport | None:
+        """One step in its own transaction (a failed step drops the study's mirror)."""
+        try:
+            with self.db.write() as session:
+                report = run_step(session, self.cache, study_id, wait=wait)
+        except Exception:
+            self.cache.drop(study_id)
+            log.exception("the scheduling step of study %d failed; it will be retried", study_id)
+            return StepReport(study_id, "", more=False)
+        self.steps += 1
+        return report

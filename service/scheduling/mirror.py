@@ -1,0 +1,223 @@
+"""The ask/tell bridge between the trials table and Optuna's samplers.
+
+Each process keeps an in-memory Optuna study per tuning study (a "mirror"). It is used only
+inside the study's scheduling step, which holds the study's lock, so two replicas never ask
+or tell the same study at once. A mirror follows the table in two ways:
+- trials created by another replica's steps are read by the change sequence (steps are
+  serialised by the lock, so their sequence numbers grow in commit order);
+- finished trials are told from the step's list of trials it has not accounted for yet
+  (`told` is false), never from the sequence alone, so a result committed late with an
+  earlier sequence number is told all the same.
+After a failed step the mirror is dropped and rebuilt from the table, where nothing of the
+failed step was kept: a tell is neither lost nor repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState as OptunaState
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.domain.space import MAX_GRID_POINTS, SearchSpace
+from service.domain.states import TRIAL_FINISHED
+from service.scheduling import samplers
+from service.store.models import Study, Trial
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+CONSTRAINT_PREFIX = "constraints:"  # Optuna's system attribute for Trial.set_constraint
+MAX_REASKS = 20
+MAX_SCANNED = 100_000  # points of a finite space scanned for an unseen one, at most
+CONFIGURATION_FAILURES = {"compile_error", "wrong_result", "timeout", "crash", "error"}
+
+
+class SpaceExhausted(Exception):
+    """Every point of a finite search space has been tried."""
+
+
+class Mirror:
+    """An in-memory Optuna study that follows one study's trials table."""
+
+    def __init__(self, study: Study) -> None:
+        doc = study.document
+        sampler = doc["sampler"]
+        self.study_id = study.id
+        self.objectives = [o["name"] for o in study.objectives]
+        self.directions = [o["direction"] for o in study.objectives]
+        self.space = SearchSpace.parse(doc["space"])
+        self.is_grid = sampler["name"] == "grid"
+        self.failures_as_infeasible = sampler["name"] in samplers.CONSTRAINT_SAMPLERS
+        size = self.space.grid_size()
+        # the grid sampler walks the grid; other samplers are handed an unseen point of a
+        # finite space only without floats, whose values may not compare equal once sampled
+        walkable = size is not None and size <= MAX_GRID_POINTS and (self.is_grid or self.space.is_discrete())
+        self.order = self.space.grid_order(sampler.get("seed")) if walkable else None
+        self.rng = random.Random(sampler.get("seed"))
+        self.seen: set[str] = set()  # configurations the study already has
+        self._worst: list[float] | None = None
+        self.distributions = self.space.distributions()
+        self.optuna = optuna.create_study(
+            directions=self.directions,
+            sampler=samplers.build(sampler["name"], sampler.get("seed"), dict(sampler.get("options") or {})),
+        )
+        self.storage = self.optuna._storage
+        self.front: dict[int, dict[str, Any]] | None = None  # the study's front, loaded on first use
+        self.ids: dict[int, int] = {}  # trials.id -> optuna trial_id
+        self.running: set[int] = set()  # trials.id still RUNNING in the mirror
+        self.watermark = -1
+        if study.n_created == 0:
+            self.optuna.enqueue_trial(doc["baseline"])
+
+    def sync(self, session: Session) -> None:
+        rows = session.execute(
+            select(Trial).where(Trial.study_id == self.study_id, Trial.seq > self.watermark).order_by(Trial.seq)
+        ).scalars()
+        for row in rows:
+            self.learn(row)
+            self.watermark = max(self.watermark, row.seq)
+
+    def ask(self, number: int) -> tuple[dict[str, Any], dict[str, Any], int]:
+        """The configuration of trial `number`: (params, sampler state to keep with the
+        row, optuna id). A grid study takes its next grid point.
+
+        Elsewhere a configuration the study already has is asked again (up to MAX_REASKS
+        times): in a discrete space samplers propose repeats, and a repeat teaches nothing.
+        The refused proposal is told as failed, which every sampler ignores."""
+        if self.is_grid and number > 0:
+            self._enqueue_grid_point(number - 1)
+        for attempt in range(MAX_REASKS):
+            trial = self.optuna.ask(self.distributions)
+            if not self._is_repeat(trial) or attempt == MAX_REASKS - 1:
+                break
+            self.optuna.tell(trial, state=OptunaState.FAIL)
+        if self._is_repeat(trial):
+            # the sampler keeps to what it has seen: hand it an unseen point of a finite space
+            unseen = self._unseen_point()
+            exhausted = unseen is None and self.order is not None and self.order.size <= MAX_SCANNED
+            if unseen is not None or exhausted:
+                self.optuna.tell(trial, state=OptunaState.FAIL)
+            if exhausted:
+                raise SpaceExhausted("every configuration of the search space has been tried")
+            if unseen is not None:
+                self.optuna.enqueue_trial(unseen)
+                trial = self.optuna.ask(self.distributions)
+        self.seen.add(config_key(trial.params))
+        system_attrs = self.storage.get_trial_system_attrs(trial._trial_id)
+        return dict(trial.params), _jsonable(system_attrs), trial._trial_id
+
+    def _is_repeat(self, trial: optuna.Trial) -> bool:
+        if self.is_grid or config_key(trial.params) not in self.seen:
+            return False
+        return "fixed_params" not in self.storage.get_trial_system_attrs(trial._trial_id)
+
+    def _enqueue_grid_point(self, position: int) -> None:
+        assert self.order is not None
+        if position >= self.order.size:
+            raise SpaceExhausted("every point of the grid has been tried")
+        self.optuna.enqueue_trial(self.space.grid_point(self.order[position]))
+
+    def _unseen_point(self) -> dict[str, Any] | None:
+        if self.order is None:
+            return None
+        start = self.rng.randrange(self.order.size)
+        for offset in range(min(self.order.size, MAX_SCANNED)):
+            point = self.space.grid_point(self.order[(start + offset) % self.order.size])
+            if config_key(point) not in self.seen:
+                return point
+        return None
+
+    def adopt(self, row: Trial, optuna_trial_id: int) -> None:
+        """Remember that `row` is the trial this mirror just asked for."""
+        self.ids[row.id] = optuna_trial_id
+        self.running.add(row.id)
+        self.watermark = max(self.watermark, row.seq)
+
+    def learn(self, row: Trial) -> None:
+        """Bring the mirror up to date with one row: a trial it does not know is added (as
+        finished, with what the sampler should hear, or running); a trial it holds as
+        running that has finished is told. Idempotent."""
+        finished = row.state in TRIAL_FINISHED
+        self.seen.add(config_key(row.config))
+        if row.id not in self.ids:
+            state, values, constraints = self._told(row) if finished else (OptunaState.RUNNING, None, {})
+            frozen = optuna.trial.create_trial(
+                state=state, values=values, params=row.config, distributions=self.distributions,
+                system_attrs={**row.sampler_state, **constraints},
+            )
+            self.ids[row.id] = self.storage.create_new_trial(self.optuna._study_id, template_trial=frozen)
+            if not finished:
+                self.running.add(row.id)
+        elif finished and row.id in self.running:
+            trial_id = self.ids[row.id]
+            state, values, constraints = self._told(row)
+            for key, value in constraints.items():
+                self.storage.set_trial_system_attr(trial_id, key, value)
+            self.optuna.tell(self.storage.get_trial_number_from_id(trial_id), values=values, state=state)
+            self.running.discard(row.id)
+
+    def _told(self, row: Trial) -> tuple[OptunaState, list[float] | None, dict[str, float]]:
+        """What the sampler hears of a finished trial: (state, values, constraint values).
+
+        Samplers that handle constraints hear of a trial that failed because of its
+        configuration (compile error, wrong result, crash, timeout) as infeasible, so that
+        they learn to avoid its region; a failure that says nothing about the configuration
+        (lease expired, cancelled, unsupported) is a plain failure."""
+        constraints: dict[str, float] = {}
+        if row.state == "completed" and row.values:
+            values = [float(row.values[name]) for name in self.objectives]
+            self._worst = [max(w, v) if d == "minimize" else min(w, v)
+                           for w, v, d in zip(self._worst or values, values, self.directions, strict=True)]
+            if self.failures_as_infeasible:
+                constraints[f"{CONSTRAINT_PREFIX}failed"] = 0.0
+            for i, v in enumerate(row.constraint_values or []):
+                constraints[f"{CONSTRAINT_PREFIX}{i}"] = float(v)
+            return OptunaState.COMPLETE, values, constraints
+        if self.failures_as_infeasible and row.failure_reason in CONFIGURATION_FAILURES:
+            constraints[f"{CONSTRAINT_PREFIX}failed"] = 1.0
+            # the values of an infeasible trial rank it nowhere; the worst seen keeps them plausible
+            return OptunaState.COMPLETE, list(self._worst or [0.0] * len(self.objectives)), constraints
+        return OptunaState.FAIL, None, constraints
+
+
+def config_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def _jsonable(attrs: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(attrs, default=list))  # type: ignore[no-any-return]
+
+
+class MirrorCache:
+    """Per-process mirrors, least recently used first out."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._mirrors: OrderedDict[int, Mirror] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, session: Session, study: Study) -> Mirror:
+        """The synced mirror of `study`; call only with the study's lock held."""
+        with self._lock:
+            mirror = self._mirrors.pop(study.id, None)
+            if mirror is None:
+                mirror = Mirror(study)
+            self._mirrors[study.id] = mirror
+            while len(self._mirrors) > self.capacity:
+                self._mirrors.popitem(last=False)
+        mirror.sync(session)
+        return mirror
+
+    def drop(self, study_id: int) -> None:
+        with self._lock:
+            self._mirrors.pop(study_id, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._mirrors.clear()

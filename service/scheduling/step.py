@@ -1,0 +1,161 @@
+"""A study's scheduling step: everything that needs the sampler or the whole study, batched
+and off the request path.
+
+One step is one short transaction under the study's lock (taken with SKIP LOCKED on
+Postgres, so a replica that finds another one stepping the study moves on):
+1. account for the trials that finished since the last step (`told` false): tell the
+   sampler, count them, update the front, the ratios to the baseline and the hypervolume;
+2. settle the study (budget spent, too many failures, wall time over);
+3. ask the sampler for new trials until `parallelism` are in flight, at most a batch.
+Everything is committed together, so a replica that dies mid-step leaves nothing half
+done: the next step, on any replica, finds the same untold trials.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.domain import schedule
+from service.domain.states import STUDY_FINISHED, TRIAL_FINISHED, TrialState
+from service.scheduling import fronts
+from service.scheduling.mirror import Mirror, MirrorCache, SpaceExhausted
+from service.store.db import lock_study, next_seqs
+from service.store.models import Study, Trial
+from service.studies import lifecycle
+from service.trials.transitions import touch
+
+ASKS_PER_STEP = 64  # one step asks for at most this many trials...
+ASK_BUDGET_S = 0.05  # ...and stops asking after this long; the next step asks for the rest
+TELLS_PER_STEP = 1000
+
+
+@dataclass
+class StepReport:
+    study_id: int
+    pool: str
+    accounted: int = 0
+    queued: int = 0
+    more: bool = False  # the study has more to do right away (another step)
+    changed: bool = False
+
+
+def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool = False) -> StepReport | None:
+    """One step of `study_id`; None when another transaction holds the study's lock."""
+    study = lock_study(session, study_id, skip_locked=not wait)
+    if study is None:
+        exists = session.execute(select(Study.id).where(Study.id == study_id)).scalar_one_or_none()
+        return None if exists is not None else StepReport(study_id, "")
+    report = StepReport(study.id, study.pool)
+    untold = list(session.execute(
+        select(Trial).where(Trial.study_id == study.id, Trial.told.is_(False),
+                            Trial.state.in_([s.value for s in TRIAL_FINISHED]))
+        .order_by(Trial.finished_at, Trial.id).limit(TELLS_PER_STEP)
+    ).scalars())
+    if not untold and study.state in STUDY_FINISHED:
+        return report
+    mirror = cache.get(session, study)
+    if untold:
+        _account(session, study, mirror, untold)
+        report.accounted = len(untold)
+        report.more = len(untold) == TELLS_PER_STEP
+    report.queued = _settle_and_refill(session, study, mirror)
+    if report.queued == ASKS_PER_STEP:
+        report.more = True
+    report.changed = bool(report.accounted or report.queued)
+    if report.changed:
+        lifecycle.touch(session, study)
+    return report
+
+
+def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]) -> None:
+    if mirror.front is None:
+        mirror.front = fronts.load_front(session, study.id)
+    for trial in untold:
+        mirror.learn(trial)
+        trial.told = True
+        if trial.state == TrialState.COMPLETED:
+            fronts.on_completed(session, study, trial, mirror.front)
+            touch(session, trial)  # its ratios, front membership and index are new
+        elif trial.state == TrialState.FAILED:
+            study.n_failed += 1
+        else:
+            study.n_cancelled += 1
+
+
+def counts_of(session: Session, study: Study) -> schedule.Counts:
+    running = session.execute(
+        select(func.count()).select_from(Trial).where(Trial.study_id == study.id,
+                                                      Trial.state == TrialState.RUNNING.value)
+    ).scalar_one()
+    return schedule.Counts(
+        state=study.state, created=study.n_created, completed=study.n_completed, failed=study.n_failed,
+        cancelled=study.n_cancelled, running=int(running), max_trials=study.max_trials,
+        max_failed=study.max_failed_trials, parallelism=study.parallelism,
+        past_wall_time=lifecycle.past_wall_time(study),
+    )
+
+
+def _settle_and_refill(session: Session, study: Study, mirror: Mirror) -> int:
+    counts = counts_of(session, study)
+    settlement = schedule.settle(counts, study.finish_reason)
+    if settlement is not None:
+        lifecycle.apply_settlement(session, study, settlement)
+        return 0
+    queued = _ask(session, study, mirror, schedule.asks_wanted(counts, ASKS_PER_STEP))
+    if study.n_created >= study.max_trials:  # the budget, or the space, is spent: done once all report
+        settlement = schedule.settle(counts_of(session, study), study.finish_reason)
+        if settlement is not None:
+            lifecycle.apply_settlement(session, study, settlement)
+    return queued
+
+
+def _ask(session: Session, study: Study, mirror: Mirror, wanted: int) -> int:
+    started = time.perf_counter()
+    seqs = next_seqs(session, wanted)
+    queued = 0
+    for seq in seqs:
+        if queued and time.perf_counter() - started > ASK_BUDGET_S:
+            break
+        try:
+            params, sampler_state, optuna_id = mirror.ask(study.n_created)
+        except SpaceExhausted:
+            study.max_trials = study.n_created  # nothing new is left to try
+            study.finish_reason = "search space exhausted"
+            break
+        trial = Trial(
+            study_id=study.id,
+            number=study.n_created,
+            state=TrialState.QUEUED.value,
+            seq=seq,
+            pool=study.pool,
+            backend=study.backend,
+            requires_energy=study.requires_energy,
+            is_baseline=study.n_created == 0,
+            config=params,
+            sampler_state=sampler_state,
+            max_attempts=study.document["limits"]["max_attempts"],
+        )
+        session.add(trial)
+        session.flush()
+        mirror.adopt(trial, optuna_id)
+        study.n_created += 1
+        queued += 1
+    return queued
+
+
+def pending_studies(session: Session, limit: int = 1000) -> list[int]:
+    """Studies with work for their step: untold finished trials, or room for more trials."""
+    untold = select(Trial.study_id).where(
+        Trial.told.is_(False), Trial.state.in_([s.value for s in TRIAL_FINISHED])
+    ).distinct()
+    active = Study.n_created - Study.n_completed - Study.n_failed - Study.n_cancelled
+    room = select(Study.id).where(
+        Study.state == "running", Study.n_created < Study.max_trials, active < Study.parallelism
+    )
+    ids = {row[0] for row in session.execute(untold.limit(limit))}
+    ids |= {row[0] for row in session.execute(room.limit(limit))}
+    return sorted(ids)

@@ -1,0 +1,1 @@
+"""Studies: documents, creation and lifecycle."""

@@ -1,0 +1,80 @@
+"""From a study document as sent to its normalised, stored form, or a 422 naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from service.domain import study_doc as sd
+from service.domain.space import SearchSpace
+from service.errors import Invalid, invalid_from_pydantic
+from service.scheduling import samplers
+from workers.contract import WorkloadShape
+
+GPU_BACKENDS = {"triton", "cuda"}
+ENERGY_METRICS = {"energy_mj", "power_w"}
+# NVML's energy counter advances in ~100 ms steps whose energy varies a lot under the power
+# cap, so an energy figure steadies as the hot window grows: ten repeats of three GEMMs spread
+# by 0.8-2.1% with 1 s windows and 0.6-1.3% with 1.6 s (bench/results/gpu_energy_window.md).
+ENERGY_HOT_WINDOW_S = 1.6
+
+
+def builtin_kernel(backend: str, name: str) -> Any:
+    from workers.kernels import get_builtin
+
+    return get_builtin(backend, name)
+
+
+def validate(raw: Any) -> dict[str, Any]:
+    """Parse and check a study document; returns its normalised form or raises Invalid."""
+    if not isinstance(raw, dict):
+        raise Invalid("a study document is a JSON/YAML object", field=None)
+    try:
+        sd.check_shape(raw)
+        doc = sd.StudyDocument.model_validate(raw)
+        return _normalise(doc)
+    except ValidationError as exc:
+        raise invalid_from_pydantic(exc) from exc
+    except sd.DocumentError as exc:
+        raise Invalid(exc.message, field=exc.field) from exc
+
+
+def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
+    objectives = sd.resolve_objectives(doc)
+    kernel = doc.kernel
+    builtin_default: dict[str, Any] = {}
+    space = SearchSpace(doc.space) if doc.space is not None else None
+    if kernel.builtin:
+        builtin = builtin_kernel(kernel.backend, kernel.builtin)
+        if builtin is None:
+            raise sd.DocumentError("kernel.builtin", f"no built-in {kernel.backend} kernel named {kernel.builtin!r}")
+        builtin_default = dict(builtin.default_config)
+        if space is None:
+            space = SearchSpace.parse(builtin.space)
+        if not kernel.workload and builtin.workload:
+            kernel = kernel.model_copy(update={"workload": [WorkloadShape.model_validate(w) for w in builtin.workload]})
+    if space is None:
+        raise sd.DocumentError("space", "a kernel given by source needs a search space")
+    baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
+    sampler = samplers.resolve_name(doc.sampler.name, len(objectives))
+    grid = sd.check_grid(space) if sampler == "grid" else None
+    samplers.check(sampler, doc.sampler.seed, doc.sampler.options)
+    normalised = doc.model_dump(mode="json")
+    normalised.update(
+        kernel=kernel.model_dump(mode="json"),
+        space=space.dump(),
+        baseline=baseline,
+        objectives=objectives,
+        reference_point=sd.reference_point(doc, objectives),
+    )
+    normalised["sampler"]["name"] = sampler
+    energy = {o["name"] for o in objectives} & ENERGY_METRICS
+    if energy and kernel.backend in GPU_BACKENDS and "hot_window_s" not in doc.measure.model_fields_set:
+        normalised["measure"]["hot_window_s"] = ENERGY_HOT_WINDOW_S
+    budget = normalised["budget"]
+    if budget["max_failed_trials"] is None:
+        budget["max_failed_trials"] = budget["max_trials"] // 2 + 5
+    if grid is not None:  # the whole grid, after the baseline
+        budget["max_trials"] = min(budget["max_trials"], grid + 1)
+    return normalised

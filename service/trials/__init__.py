@@ -1,0 +1,1 @@
+"""Trials: their state machine and the lease queue."""

@@ -1,0 +1,229 @@
+"""The trial queue: leases, heartbeats, results and the expiry of abandoned leases.
+
+Leasing pops the oldest queued trial of the worker's pool in one statement (`FOR UPDATE
+SKIP LOCKED` on Postgres, so concurrent workers never take the same row) and does nothing
+else. A result is one short transaction on its trial row and takes no study-wide lock: the
+study's scheduling step accounts for it later. Results are accepted only for the live
+lease's token and are idempotent per token.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from service.config import Settings
+from service.domain import results
+from service.domain.states import TRIAL_FINISHED, StudyState, TrialState, after_expired_lease
+from service.errors import Conflict
+from service.store.db import is_postgres, lock_study
+from service.store.models import Study, Trial, Worker, as_utc, utcnow
+from service.studies.lifecycle import past_wall_time
+from service.trials.transitions import move
+from workers import contract as wire
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """What leases and results need of a study: its document never changes after creation."""
+
+    objectives: list[dict[str, str]]
+    constraints: list[dict[str, Any]]
+    kernel: wire.KernelSpec
+    measure: wire.MeasureSettings
+    limits: dict[str, Any]
+
+
+class StudySpecs:
+    """A small per-process cache of StudySpec by study id."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self._specs: OrderedDict[int, StudySpec] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, session: Session, study_id: int) -> StudySpec:
+        with self._lock:
+            spec = self._specs.get(study_id)
+            if spec is not None:
+                self._specs.move_to_end(study_id)
+                return spec
+        document = session.execute(select(Study.document).where(Study.id == study_id)).scalar_one()
+        spec = StudySpec(
+            objectives=document["objectives"],
+            constraints=document["constraints"],
+            kernel=wire.KernelSpec.model_validate(document["kernel"]),
+            measure=wire.MeasureSettings.model_validate(document["measure"]),
+            limits=document["limits"],
+        )
+        with self._lock:
+            self._specs[study_id] = spec
+            while len(self._specs) > self.capacity:
+                self._specs.popitem(last=False)
+        return spec
+
+
+def acquire(session: Session, worker: Worker, settings: Settings) -> Trial | None:
+    """Lease the oldest queued trial of the worker's pool that the worker can run."""
+    candidate = (
+        select(Trial.id)
+        .where(Trial.pool == worker.pool, Trial.state == TrialState.QUEUED.value,
+               Trial.backend.in_(worker.backends or []))
+        .order_by(Trial.id)
+        .limit(1)
+    )
+    if not worker.energy:
+        candidate = candidate.where(Trial.requires_energy.is_(False))
+    if is_postgres(session):
+        candidate = candidate.with_for_update(skip_locked=True)
+    trial_id = session.execute(candidate).scalar_one_or_none()
+    if trial_id is None:
+        return None
+    trial = session.get(Trial, trial_id)
+    assert trial is not None
+    now = utcnow()
+    move(session, trial, TrialState.RUNNING, lease_token=secrets.token_urlsafe(32),
+         lease_expires_at=now + timedelta(seconds=settings.lease_s), attempt=trial.attempt + 1,
+         worker_id=worker.id, started_at=now, phase="leased")
+    return trial
+
+
+def lease_reply(trial: Trial, spec: StudySpec, settings: Settings) -> wire.Lease:
+    assert trial.lease_token is not None and trial.lease_expires_at is not None
+    return wire.Lease(
+        token=trial.lease_token,
+        expires_at=trial.lease_expires_at,
+        lease_s=settings.lease_s,
+        heartbeat_s=settings.heartbeat_s,
+        trial=wire.TrialSpec(
+            trial_id=trial.id,
+            study_id=trial.study_id,
+            number=trial.number,
+            attempt=trial.attempt,
+            is_baseline=trial.is_baseline,
+            kernel=spec.kernel,
+            config=trial.config,
+            objectives=[o["name"] for o in spec.objectives],
+            compile_timeout_s=spec.limits["compile_timeout_s"],
+            run_timeout_s=spec.limits["run_timeout_s"],
+            measure=spec.measure,
+        ),
+    )
+
+
+def held_trial(session: Session, token: str, token_id: int) -> tuple[Trial, Worker]:
+    """The trial of a lease token and its worker, if that worker runs under API token
+    `token_id` (several agents may share one worker token). Locked on Postgres."""
+    stmt = select(Trial).where(Trial.lease_token == token)
+    if is_postgres(session):
+        stmt = stmt.with_for_update()
+    trial = session.execute(stmt).scalar_one_or_none()
+    worker = session.get(Worker, trial.worker_id) if trial is not None and trial.worker_id else None
+    if trial is None or worker is None or worker.token_id != token_id:
+        raise Conflict("unknown lease: it expired and was handed to another worker, or never existed",
+                       field="token")
+    return trial, worker
+
+
+def _check_live(trial: Trial, message: str) -> None:
+    expires = trial.lease_expires_at and as_utc(trial.lease_expires_at)
+    if trial.state != TrialState.RUNNING or expires is None or expires < utcnow():
+        raise Conflict(message, field="token")
+
+
+def heartbeat(session: Session, trial: Trial, phase: str | None, settings: Settings) -> wire.HeartbeatResponse:
+    _check_live(trial, "the lease has expired; drop this trial")
+    trial.lease_expires_at = utcnow() + timedelta(seconds=settings.lease_s)
+    if phase:
+        trial.phase = phase[:32]
+    state = session.execute(select(Study.state).where(Study.id == trial.study_id)).scalar_one_or_none()
+    # a paused study lets running trials finish; a cancelled or failed one wants them stopped
+    cancel = state is None or state in (StudyState.CANCELLED, StudyState.FAILED)
+    return wire.HeartbeatResponse(expires_at=trial.lease_expires_at, cancel=cancel)
+
+
+def record_result(session: Session, trial: Trial, spec: StudySpec, worker: Worker,
+                  result: wire.TrialResult) -> wire.ResultAck:
+    """Store a worker's result on its trial row. Idempotent per lease token."""
+    if trial.state in TRIAL_FINISHED:
+        return wire.ResultAck(trial_id=trial.id, state=trial.state, duplicate=True)
+    _check_live(trial, "the lease has expired; the trial was handed back to the queue")
+    fields: dict[str, Any] = dict(
+        phase=None,
+        metrics={name: m.model_dump() for name, m in result.metrics.items()},
+        correctness=result.correctness,
+        compile_report=result.compile_report,
+        environment=result.environment,
+        timings=result.timings,
+        log=result.log[-100_000:],
+        message=result.message[:10_000],
+        fingerprint=worker.fingerprint,
+    )
+    if result.status == "failed":
+        reason = (result.failure_reason or wire.FailureReason.ERROR).value
+        move(session, trial, TrialState.FAILED, failure_reason=reason, **fields)
+    else:
+        try:
+            outcome = results.evaluate(spec.objectives, spec.constraints,
+                                       {name: m.value for name, m in result.metrics.items()})
+        except results.Unusable as exc:
+            fields["message"] = f"{exc}. {fields['message']}".strip()
+            move(session, trial, TrialState.FAILED, failure_reason=wire.FailureReason.ERROR.value, **fields)
+        else:
+            move(session, trial, TrialState.COMPLETED, values=outcome.values,
+                 constraint_values=outcome.constraint_values, feasible=outcome.feasible, **fields)
+    session.execute(update(Worker).where(Worker.id == worker.id)
+                    .values(trials_done=Worker.trials_done + 1, last_seen_at=utcnow()))
+    return wire.ResultAck(trial_id=trial.id, state=trial.state)
+
+
+def expire_leases(session: Session, limit: int = 200) -> tuple[set[int], set[str]]:
+    """Hand expired leases back to the queue, or fail them once attempts are used up.
+    Returns the studies touched (their steps have work) and the pools that got trials back."""
+    expired = session.execute(
+        select(Trial.study_id)
+        .where(Trial.state == TrialState.RUNNING.value, Trial.lease_expires_at < utcnow())
+        .order_by(Trial.lease_expires_at).limit(limit)
+    ).scalars().all()
+    pools: set[str] = set()
+    touched: set[int] = set()
+    for study_id in sorted(set(expired)):
+        study = lock_study(session, study_id)
+        assert study is not None
+        stmt = select(Trial).where(Trial.study_id == study_id, Trial.state == TrialState.RUNNING.value,
+                                   Trial.lease_expires_at < utcnow())
+        if is_postgres(session):
+            stmt = stmt.with_for_update()
+        for trial in session.execute(stmt).scalars():
+            target = after_expired_lease(trial.attempt, trial.max_attempts, study.state)
+            fields: dict[str, Any] = dict(lease_token=None, lease_expires_at=None, worker_id=None, phase=None)
+            if target == TrialState.FAILED:
+                fields.update(failure_reason=wire.FailureReason.LEASE_EXPIRED.value,
+                              message=f"lease expired {trial.attempt} times; no worker finished this trial")
+            elif target == TrialState.CANCELLED:
+                fields.update(failure_reason=wire.FailureReason.CANCELLED.value)
+            move(session, trial, target, **fields)
+            if target == TrialState.QUEUED:
+                pools.add(study.pool)
+        touched.add(study_id)
+    return touched, pools
+
+
+def wall_time_over(session: Session) -> list[int]:
+    """Running or paused studies past their wall-time limit (their steps settle them)."""
+    candidates = session.execute(
+        select(Study).where(Study.state.in_(("running", "paused")), Study.wall_time_s.is_not(None))
+    ).scalars().all()
+    return [s.id for s in candidates if past_wall_time(s)]
+
+
+def touch_worker(session: Session, worker_id: int) -> None:
+    session.execute(update(Worker).where(Worker.id == worker_id).values(last_seen_at=utcnow()))
+

@@ -1,0 +1,126 @@
+"""Reading trials: keyset pages in any order the API offers, the front and its history."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Select, and_, or_, select
+from sqlalchemy.orm import Session
+
+from service.domain.states import TrialState
+from service.errors import Invalid
+from service.store.models import Study, Trial
+
+MAX_CURSOR_CHARS = 512
+
+
+def encode_cursor(parts: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(parts).encode()).decode()
+
+
+def decode_cursor(cursor: str, kinds: Sequence[Any]) -> list[Any]:
+    """The cursor's parts, checked to be of `kinds` (a cursor is opaque to clients)."""
+    try:
+        if len(cursor) > MAX_CURSOR_CHARS:
+            raise ValueError("too long")
+        parts = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        if not isinstance(parts, list) or len(parts) != len(kinds):
+            raise ValueError("wrong shape")
+        for part, kind in zip(parts, kinds, strict=True):
+            if isinstance(part, bool) or not isinstance(part, kind):
+                raise ValueError("wrong part")
+            if isinstance(part, float) and not math.isfinite(part) or isinstance(part, int) and abs(part) >= 2**63:
+                raise ValueError("out of range")
+        return parts
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise Invalid("cursor is not one this API returned; pass next_cursor back unchanged",
+                      field="cursor") from exc
+
+
+def parse_states(text: str | None) -> list[str]:
+    states = text.split(",") if text else []
+    names = [s.value for s in TrialState]
+    for state in states:
+        if state not in names:
+            raise Invalid(f"unknown trial state {state!r}; use {', '.join(names)}", field="state")
+    return states
+
+
+def page(session: Session, study: Study, *, states: list[str], on_front: bool | None, sort: str, limit: int,
+         cursor: str | None) -> tuple[list[Trial], str | None]:
+    stmt = select(Trial).where(Trial.study_id == study.id)
+    if states:
+        stmt = stmt.where(Trial.state.in_(states))
+    if on_front is not None:
+        stmt = stmt.where(Trial.on_front.is_(on_front))
+    stmt, key = _sorted(stmt, study, sort, cursor)
+    rows = session.execute(stmt.limit(limit + 1)).scalars().all()
+    next_cursor = encode_cursor(key(rows[limit - 1])) if len(rows) > limit else None
+    return list(rows[:limit]), next_cursor
+
+
+def _sorted(stmt: Select[Any], study: Study, sort: str, cursor: str | None) -> tuple[Select[Any], Any]:
+    """Keyset pagination: order by (key, number) and continue after the cursor's key."""
+    descending = sort.startswith("-")
+    name = sort.lstrip("-")
+    if name == "number":
+        after = decode_cursor(cursor, [int]) if cursor else None
+        column = Trial.number
+        stmt = stmt.order_by(column.desc() if descending else column)
+        if after:
+            stmt = stmt.where(column < after[0] if descending else column > after[0])
+        return stmt, lambda t: [t.number]
+    if name not in [o["name"] for o in study.objectives]:
+        raise Invalid(f"cannot sort by {name!r}; use number or an objective of this study", field="sort")
+    after = decode_cursor(cursor, [int | float, int]) if cursor else None
+    value = Trial.values[name].as_float()
+    stmt = stmt.where(Trial.values.is_not(None))
+    order = (value.desc(), Trial.number.desc()) if descending else (value, Trial.number)
+    stmt = stmt.order_by(*order)
+    if after:
+        v, n = float(after[0]), after[1]
+        if descending:
+            stmt = stmt.where(or_(value < v, and_(value == v, Trial.number < n)))
+        else:
+            stmt = stmt.where(or_(value > v, and_(value == v, Trial.number > n)))
+    return stmt, lambda t: [t.values[name], t.number]
+
+
+def by_number(session: Session, study_id: int, number: int) -> Trial | None:
+    return session.execute(
+        select(Trial).where(Trial.study_id == study_id, Trial.number == number)
+    ).scalar_one_or_none()
+
+
+def front(session: Session, study_id: int) -> tuple[list[Trial], Trial | None]:
+    members = session.execute(
+        select(Trial).where(Trial.study_id == study_id, Trial.on_front.is_(True)).order_by(Trial.number)
+    ).scalars().all()
+    baseline = session.execute(
+        select(Trial).where(Trial.study_id == study_id, Trial.is_baseline.is_(True))
+    ).scalar_one_or_none()
+    return list(members), baseline
+
+
+def hypervolume_history(session: Session, study: Study, points: int) -> list[tuple[int, float]]:
+    """Hypervolume by completed-trial count, thinned to about `points` entries."""
+    total = study.n_completed
+    stride = max(1, total // points)
+    stmt = select(Trial.completed_index, Trial.hypervolume_after).where(
+        Trial.study_id == study.id, Trial.completed_index.is_not(None), Trial.hypervolume_after.is_not(None)
+    )
+    if stride > 1:
+        stmt = stmt.where(or_(Trial.completed_index % stride == 0, Trial.completed_index == total))
+    rows = session.execute(stmt.order_by(Trial.completed_index)).all()
+    return [(r[0], r[1]) for r in rows if r[0] is not None and r[1] is not None]
+
+
+def changed_since(session: Session, study_id: int, after: int, limit: int) -> list[Trial]:
+    return list(session.execute(
+        select(Trial).where(Trial.study_id == study_id, Trial.seq > after).order_by(Trial.seq).limit(limit)
+    ).scalars())
