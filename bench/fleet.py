@@ -1,177 +1,216 @@
-"""Fleet benchmark: does the per-trial cost of lease, result and ask/tell stay flat as a
-study grows to 100k trials?
+"""Fleet benchmark: completed trials per second, lease and result latency with hundreds of
+simulated workers over real HTTP against one control plane on Postgres, and the same
+workload through Optuna's RDBStorage ask/tell on the same database server.
 
-`paretune serve` runs on Postgres; W worker threads speak the real HTTP protocol. The study
-is grown in steps by bulk-inserting completed trials (as many finished trials as a long
-study would have), then each step times real lease -> result cycles, trial pages at the
-start and deep into the study, and the front. The random sampler is used so that the
-numbers are the service's own cost, not a sampler's model fitting.
+    .venv/bin/python bench/fleet.py                      # every scenario, writes bench/results/fleet.{md,json}
+    .venv/bin/python bench/fleet.py --scenarios single --trials 2000 --no-write
 
-    .venv/bin/python bench/fleet.py [--sizes 0,10000,50000,100000] [--cycles 300] [--workers 8]
+Scenarios (NSGA-II, parallelism twice the workers, capped at the study limit):
+  single   200 workers, one study of 10,000 trials (late_over_early: the time of trials
+           9,000-10,000 over that of trials 0-1,000)
+  studies  200 workers, 20 concurrent studies of 500 trials
+  wide     1,000 workers, one study
+  rdb      Optuna RDBStorage ask/tell on the same Postgres: threads ask and tell at once
+
+The simulated workers run in another process (bench/fleet_clients.py) so that their CPU
+is not the server's; the server is `paretune serve` as users run it.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
+import json
+import os
+import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from datetime import date
 from pathlib import Path
+from typing import Any
 
-import httpx
 import numpy as np
-from sqlalchemy import func, select, update
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fake_worker import register, result_for  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
 from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
 
-from service.domain.pareto import non_dominated_mask  # noqa: E402
-from service.store.db import Database, next_seq  # noqa: E402
-from service.store.models import Study, Trial  # noqa: E402
+RESULTS = ROOT / "bench" / "results"
+MAX_PARALLELISM = 1000
 
 
-def seed(db: Database, study_id: int, count: int) -> None:
-    """Append `count` completed trials to the study, as the service would have stored them."""
-    if count <= 0:
-        return
-    rng = random.Random(count)
-    with db.write() as session:
-        study = session.get(Study, study_id)
-        assert study is not None
-        start = study.n_created
-        rows = []
-        for i in range(count):
-            x, y = rng.random(), rng.randint(1, 10)
-            values = result_for({"config": {"x": x, "y": y}})["metrics"]
-            rows.append({
-                "study_id": study_id, "number": start + i, "state": "completed", "seq": next_seq(session),
-                "pool": study.pool, "backend": study.backend, "config": {"x": x, "y": y}, "sampler_state": {},
-                "attempt": 1, "values": {"f1": values["f1"]["value"], "f2": values["f2"]["value"]},
-                "feasible": True, "on_front": False, "completed_index": study.n_completed + i + 1,
-            })
-        for batch in range(0, len(rows), 5000):
-            session.execute(Trial.__table__.insert(), rows[batch:batch + 5000])
-        study.n_created += count
-        study.n_completed += count
-        study.max_trials = study.n_created + 100_000
-        # keep the front flags right: recompute over all completed trials
-        ids_values = session.execute(
-            select(Trial.id, Trial.values).where(Trial.study_id == study_id, Trial.state == "completed")
-        ).all()
-        points = np.array([[v["f1"], v["f2"]] for _, v in ids_values])
-        mask = non_dominated_mask(points)
-        front_ids = [row[0] for row, keep in zip(ids_values, mask, strict=True) if keep]
-        session.execute(update(Trial).where(Trial.study_id == study_id).values(on_front=False))
-        session.execute(update(Trial).where(Trial.id.in_(front_ids)).values(on_front=True))
-        study.front_size = len(front_ids)
+def study_document(name: str, trials: int, parallelism: int, seed: int) -> dict[str, Any]:
+    return {
+        "name": name, "kernel": {"backend": "python", "source": "bench:fleet"},
+        "space": [{"name": "x", "type": "float", "low": 0, "high": 1, "default": 0.5},
+                  {"name": "y", "type": "int", "low": 1, "high": 10, "default": 3}],
+        "objectives": ["f1", "f2"], "sampler": {"name": "nsga2", "seed": seed},
+        "budget": {"max_trials": trials}, "parallelism": min(parallelism, MAX_PARALLELISM),
+    }
 
 
-def cycles(url: str, token: str, total: int, workers: int) -> tuple[list[float], list[float]]:
-    lease_times: list[float] = []
-    result_times: list[float] = []
-    lock = threading.Lock()
-    remaining = [total]
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def run() -> None:
-        with httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {token}"}) as client:
-            worker_id = register(client)
-            while True:
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    memory = int(Path("/proc/meminfo").read_text().split()[1]) / 2**20
+    return f"{os.cpu_count()} cores, {memory:.0f} GiB, {model}; PostgreSQL on the same machine; no Redis"
+
+
+def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env: dict[str, str]) -> dict[str, Any]:
+    db_url = create_postgres_database()
+    workdir = Path(tempfile.mkdtemp(prefix="fleet-"))
+    service = start_service(db_url, workdir, env)
+    try:
+        admin = service.client()
+        parallelism = max(1, 2 * workers // studies)
+        for i in range(studies):
+            r = admin.post("/v1/studies", json=study_document(f"{name}-{i}", trials_per_study, parallelism, seed=i))
+            r.raise_for_status()
+        token_file = workdir / "worker-token"
+        token_file.write_text(service.make_worker_token())
+        out = workdir / "clients.json"
+        total = studies * trials_per_study
+        cpu_before = cpu_seconds(service.process.pid)
+        started = time.monotonic()
+        subprocess.run([sys.executable, str(ROOT / "bench" / "fleet_clients.py"), service.url, str(token_file),
+                        "--workers", str(workers), "--until", str(total), "--seconds", "900",
+                        "--out", str(out)], check=True)
+        wall = time.monotonic() - started
+        server_cpu = cpu_seconds(service.process.pid) - cpu_before
+        data = json.loads(out.read_text())
+        finished = _finished(admin, studies)
+    finally:
+        service.stop()
+        drop_postgres_database(db_url)
+    return _summary(name, workers, studies, trials_per_study, data, wall, server_cpu, finished)
+
+
+def _finished(admin: Any, studies: int) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        items = admin.get("/v1/studies", params={"limit": 500}).json()["items"]
+        if all(s["state"] == "completed" for s in items):
+            return len(items)
+        time.sleep(0.5)
+    return sum(s["state"] == "completed" for s in admin.get("/v1/studies").json()["items"])
+
+
+def _summary(name: str, workers: int, studies: int, per_study: int, data: dict[str, Any], wall: float,
+             server_cpu: float, finished: int) -> dict[str, Any]:
+    done = sorted(data["done_at"])
+    total = len(done)
+    span = done[-1] - done[0] if total > 1 else float("nan")
+    row: dict[str, Any] = {
+        "scenario": name, "workers": workers, "studies": studies, "trials_per_study": per_study,
+        "completed": total, "studies_completed": finished, "errors": data["error_count"],
+        "trials_per_s": round((total - 1) / span, 1) if total > 1 else 0.0,
+        "lease_p50_ms": round(float(np.percentile(data["lease_ms"], 50)), 2),
+        "lease_p99_ms": round(float(np.percentile(data["lease_ms"], 99)), 2),
+        "result_p50_ms": round(float(np.percentile(data["result_ms"], 50)), 2),
+        "result_p99_ms": round(float(np.percentile(data["result_ms"], 99)), 2),
+        "server_cores": round(server_cpu / wall, 2), "wall_s": round(wall, 1),
+        "error_examples": data["errors"][:5],
+    }
+    if total >= 10_000:
+        row["late_over_early"] = round((done[9_999] - done[9_000]) / (done[999] - done[0]), 2)
+    return row
+
+
+def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
+    """Optuna's own shared storage: threads ask and tell NSGA-II trials at once."""
+    import optuna
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    db_url = create_postgres_database()
+    try:
+        url = db_url.replace("postgresql://", "postgresql+psycopg://")
+        storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_size": workers, "max_overflow": 0})
+        study = optuna.create_study(storage=storage, directions=["minimize", "minimize"],
+                                    sampler=optuna.samplers.NSGAIISampler(seed=1))
+        space = {"x": FloatDistribution(0, 1), "y": IntDistribution(1, 10)}
+        sys.path.insert(0, str(ROOT / "bench"))
+        from fleet_clients import objective
+
+        count, lock = [0], threading.Lock()
+        deadline = time.monotonic() + seconds
+
+        def work() -> None:
+            while time.monotonic() < deadline:
                 with lock:
-                    if remaining[0] <= 0:
+                    if count[0] >= trials:
                         return
-                    remaining[0] -= 1
-                t0 = time.perf_counter()
-                r = client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 10})
-                t1 = time.perf_counter()
-                if r.status_code != 200:
-                    continue
-                held = r.json()
-                r2 = client.post(f"/v1/leases/{held['token']}/result", json=result_for(held["trial"]))
-                t2 = time.perf_counter()
-                r2.raise_for_status()
+                trial = study.ask(space)
+                values = objective(trial.params)
+                study.tell(trial, [values["f1"], values["f2"]])
                 with lock:
-                    lease_times.append(t1 - t0)
-                    result_times.append(t2 - t1)
+                    count[0] += 1
 
-    threads = [threading.Thread(target=run) for _ in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return lease_times, result_times
+        started = time.monotonic()
+        threads = [threading.Thread(target=work) for _ in range(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+        storage.engine.dispose()
+    finally:
+        drop_postgres_database(db_url)
+    return {"scenario": "rdb", "workers": workers, "completed": count[0], "wall_s": round(elapsed, 1),
+            "trials_per_s": round(count[0] / elapsed, 1)}
 
 
-def timed_get(client: httpx.Client, path: str, repeats: int = 5, **params: object) -> float:
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        client.get(path, params=params).raise_for_status()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+def print_table(rows: list[dict[str, Any]]) -> None:
+    columns = ["scenario", "workers", "studies", "completed", "errors", "trials_per_s", "lease_p50_ms",
+               "lease_p99_ms", "result_p50_ms", "result_p99_ms", "late_over_early", "server_cores", "wall_s"]
+    print(" | ".join(columns))
+    print(" | ".join("---" for _ in columns))
+    for row in rows:
+        print(" | ".join(str(row.get(c, "")) for c in columns))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="0,10000,50000,100000")
-    parser.add_argument("--cycles", type=int, default=300)
-    parser.add_argument("--workers", type=int, default=8)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", default="single,studies,wide,rdb")
+    parser.add_argument("--workers", type=int, default=200)
+    parser.add_argument("--trials", type=int, default=10_000, help="trials of the single-study scenario")
+    parser.add_argument("--wide-workers", type=int, default=1000)
+    parser.add_argument("--rdb-workers", default="8,32", help="thread counts tried for RDBStorage (best kept)")
+    parser.add_argument("--rdb-seconds", type=float, default=60.0)
+    parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-
-    db_url = create_postgres_database()
-    workdir = Path(tempfile.mkdtemp())
-    service = start_service(db_url, workdir)
-    db = Database(db_url)
-    rows = []
-    try:
-        admin = service.client()
-        doc = {
-            "name": "fleet", "kernel": {"backend": "python", "source": "bench:fleet"},
-            "space": [{"name": "x", "type": "float", "low": 0, "high": 1, "default": 0.5},
-                      {"name": "y", "type": "int", "low": 1, "high": 10, "default": 3}],
-            "objectives": ["f1", "f2"], "sampler": {"name": "random", "seed": 1},
-            "budget": {"max_trials": 1_000_000}, "parallelism": args.workers * 2,
-        }
-        study = admin.post("/v1/studies", json=doc).json()
-        token = service.make_worker_token()
-        cycles(service.url, token, args.workers * 4, args.workers)  # warm-up
-        for size in sizes:
-            with db.read() as session:
-                have = session.execute(select(func.count()).where(Trial.study_id == study["id"])).scalar_one()
-            seed(db, study["id"], size - have)
-            t0 = time.perf_counter()
-            cycles(service.url, token, 1, 1)  # the first result after growth syncs the sampler mirror
-            catch_up = time.perf_counter() - t0
-            leases, results = cycles(service.url, token, args.cycles, args.workers)
-            first_page = timed_get(admin, f"/v1/studies/{study['id']}/trials", limit=100)
-            page = admin.get(f"/v1/studies/{study['id']}/trials", params={"limit": 100, "sort": "-number"}).json()
-            deep_page = timed_get(admin, f"/v1/studies/{study['id']}/trials", limit=100, cursor=page["next_cursor"],
-                                  sort="-number")
-            sorted_page = timed_get(admin, f"/v1/studies/{study['id']}/trials", limit=100, sort="f1")
-            front = timed_get(admin, f"/v1/studies/{study['id']}/front")
-            rows.append((max(size, have), catch_up, statistics.median(leases), np.percentile(leases, 95),
-                         statistics.median(results), np.percentile(results, 95), first_page, deep_page,
-                         sorted_page, front))
-    finally:
-        service.stop()
-        db.dispose()
-        drop_postgres_database(db_url)
-
-    base = rows[0]
-    print(f"\nfleet benchmark: {args.workers} workers, {args.cycles} lease->result cycles per size, Postgres")
-    header = ("trials", "catch-up s", "lease p50 ms", "lease p95 ms", "result p50 ms", "result p95 ms",
-              "page ms", "deep page ms", "sorted page ms", "front ms", "result p50 vs first")
-    print(" | ".join(header))
-    print(" | ".join("---" for _ in header))
+    env = {"PARETUNE_LEASE_S": "60", "PARETUNE_POLL_INTERVAL_S": "0.5"}
+    rows: list[dict[str, Any]] = []
+    for scenario in args.scenarios.split(","):
+        if scenario == "single":
+            rows.append(run_fleet("single", args.workers, 1, args.trials, env))
+        elif scenario == "studies":
+            rows.append(run_fleet("studies", args.workers, 20, 500, env))
+        elif scenario == "wide":
+            rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env))
+        elif scenario == "rdb":
+            tries = [run_rdb(int(w), args.trials, args.rdb_seconds) for w in args.rdb_workers.split(",")]
+            rows.append(max(tries, key=lambda r: r["trials_per_s"]) | {"tried": tries})
+        print_table(rows)
+    rdb = next((r["trials_per_s"] for r in rows if r["scenario"] == "rdb"), None)
     for row in rows:
-        size, catch_up, l50, l95, r50, r95, page, deep, sorted_page, front = row
-        print(f"{size} | {catch_up:.2f} | {l50 * 1e3:.1f} | {l95 * 1e3:.1f} | {r50 * 1e3:.1f} | {r95 * 1e3:.1f} | "
-              f"{page * 1e3:.1f} | {deep * 1e3:.1f} | {sorted_page * 1e3:.1f} | {front * 1e3:.1f} | "
-              f"{r50 / base[4]:.2f}x")
+        row["optuna_rdb_trials_per_s"] = rdb
+        if rdb and row["scenario"] != "rdb":
+            row["vs_rdb"] = round(row["trials_per_s"] / rdb, 1)
+    summary = {"date": date.today().isoformat(), "machine": machine(),
+               "command": "python " + " ".join(sys.argv), "rows": rows}
+    print(json.dumps({k: v for k, v in summary.items() if k != "rows"}))
+    print_table(rows)
+    if not args.no_write:
+        (RESULTS / "fleet.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -70,8 +70,11 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") ->
     import uvicorn
 
     from service.app import create_app
+    from service.config import Settings
 
-    uvicorn.run(create_app(), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    settings = Settings.from_env()
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
+                timeout_keep_alive=int(settings.keep_alive_s))
 
 
 @db_app.command("upgrade")
@@ -139,7 +142,8 @@ def up(
                                             team_id=None, pool="default")
     db.dispose()
     server = f"http://{host}:{port}"
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning")
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning",
+                            timeout_keep_alive=int(settings.keep_alive_s))
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()

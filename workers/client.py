@@ -91,6 +91,9 @@ def _api_error(response: httpx.Response) -> ApiError:
     )
 
 
+KEEPALIVE_EXPIRY_S = 20.0
+
+
 class ControlPlaneClient:
     def __init__(
         self,
@@ -112,6 +115,9 @@ class ControlPlaneClient:
             base_url=self.server,
             headers={"Authorization": f"Bearer {token}", "User-Agent": "paretune-worker"},
             timeout=timeout_s,
+            # idle connections are dropped well before the server closes them (it keeps them
+            # 75 s), so a request never goes out on a connection the server is closing
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
     def close(self) -> None:

@@ -27,9 +27,14 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("studies") as batch:
         batch.add_column(sa.Column("seq", BigInt, nullable=False, server_default="0"))
+    # counted from the trials table when workers are listed; a result no longer writes the worker row
+    with op.batch_alter_table("workers") as batch:
+        batch.drop_column("trials_done")
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("workers") as batch:
+        batch.add_column(sa.Column("trials_done", sa.Integer(), nullable=False, server_default="0"))
     with op.batch_alter_table("studies") as batch:
         batch.drop_column("seq")
     op.drop_index("ix_trials_untold", table_name="trials")

@@ -19,6 +19,7 @@ from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
 from service.trials.leases import StudySpecs
+from service.trials.workers import WorkerDirectory
 
 PRINCIPAL_TTL_S = 5.0  # a revoked token stops working within this long on other replicas
 
@@ -32,6 +33,7 @@ class AppState:
     metrics: Metrics
     scheduler: Scheduler
     specs: StudySpecs = field(default_factory=StudySpecs)
+    workers: WorkerDirectory = field(default_factory=WorkerDirectory)
     principals: dict[str, tuple[float, Principal]] = field(default_factory=dict)
 
     def forget_principals(self) -> None:

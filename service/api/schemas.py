@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.store.models import Study, Trial
+from service.store.models import Study, Trial, Worker
 
 
 class ObjectiveOut(BaseModel):
@@ -168,7 +168,13 @@ class WorkerOut(BaseModel):
     fingerprint: dict[str, Any]
     registered_at: datetime
     last_seen_at: datetime
-    trials_done: int
+    trials_done: int = Field(description="trials this worker has reported (completed or failed)")
+
+    @classmethod
+    def of(cls, worker: Worker, trials_done: int) -> WorkerOut:
+        return cls(id=worker.id, name=worker.name, pool=worker.pool, backends=worker.backends, energy=worker.energy,
+                   fingerprint=worker.fingerprint, registered_at=worker.registered_at,
+                   last_seen_at=worker.last_seen_at, trials_done=trials_done)
 
 
 class MeOut(BaseModel):

@@ -6,7 +6,7 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -15,17 +15,18 @@ from service.api.deps import AppState, PrincipalDep, ReadSession, StateDep, Writ
 from service.api.schemas import WorkerOut
 from service.errors import Forbidden, NotFound
 from service.store.db import after_commit
-from service.store.models import Study, Worker
+from service.store.models import Study, Trial, Worker
 from service.trials import leases
+from service.trials.workers import WorkerInfo
 from workers import contract as wire
 
 router = APIRouter(prefix="/v1", tags=["workers"])
 LeaseToken = Annotated[str, Path(min_length=1, max_length=64, description="the lease's token")]
 
 
-def owned_worker(session: Session, principal: Principal, worker_id: int) -> Worker:
+def owned_worker(session: Session, state: AppState, principal: Principal, worker_id: int) -> WorkerInfo:
     principal.require_worker()
-    worker = session.get(Worker, worker_id) if 0 < worker_id < 2**63 else None
+    worker = state.workers.get(session, worker_id)
     if worker is None or worker.token_id != principal.token_id:
         raise NotFound(f"no worker {worker_id} registered with this token; register first", field="worker_id")
     return worker
@@ -43,6 +44,7 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
                     energy=fingerprint.energy)
     session.add(worker)
     session.flush()
+    state.workers.remember(worker)
     return wire.RegisterResponse(worker_id=worker.id, heartbeat_s=state.settings.heartbeat_s,
                                  lease_s=state.settings.lease_s)
 
@@ -69,10 +71,10 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
 def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[wire.Lease | None, str]:
     """One attempt of a long-poll, in its own transaction (a long-poll spans several)."""
     with state.db.write() as session:
-        worker = owned_worker(session, principal, worker_id)
+        worker = owned_worker(session, state, principal, worker_id)
+        state.workers.seen(session, worker.id)
         trial = leases.acquire(session, worker, state.settings)
         if trial is None:
-            leases.touch_worker(session, worker.id)
             return None, worker.pool
         return leases.lease_reply(trial, state.specs.get(session, trial.study_id), state.settings), worker.pool
 
@@ -81,7 +83,7 @@ def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[w
 def heartbeat(token: LeaseToken, body: wire.HeartbeatRequest, state: StateDep, principal: PrincipalDep,
               session: WriteSession) -> wire.HeartbeatResponse:
     principal.require_worker()
-    trial, _ = leases.held_trial(session, token, principal.token_id)
+    trial, _ = leases.held_trial(session, token, principal.token_id, state.workers)
     return leases.heartbeat(session, trial, body.phase, state.settings)
 
 
@@ -90,7 +92,7 @@ def result(token: LeaseToken, body: wire.TrialResult, state: StateDep, principal
            session: WriteSession) -> wire.ResultAck:
     started = time.perf_counter()
     principal.require_worker()
-    trial, worker = leases.held_trial(session, token, principal.token_id)
+    trial, worker = leases.held_trial(session, token, principal.token_id, state.workers)
     ack = leases.record_result(session, trial, state.specs.get(session, trial.study_id), worker, body)
     if not ack.duplicate:
         study_id = trial.study_id
@@ -104,8 +106,11 @@ def result(token: LeaseToken, body: wire.TrialResult, state: StateDep, principal
 def list_workers(principal: PrincipalDep, session: ReadSession) -> list[WorkerOut]:
     """Workers of the pools the caller's team runs studies in (every worker for the operator)."""
     principal.require("viewer")
-    stmt = select(Worker).order_by(Worker.id.desc()).limit(1000)
+    done = (select(func.count()).select_from(Trial)
+            .where(Trial.worker_id == Worker.id, Trial.state.in_(("completed", "failed")))
+            .correlate(Worker).scalar_subquery())
+    stmt = select(Worker, done).order_by(Worker.id.desc()).limit(1000)
     if not principal.superuser:
         pools = select(Study.pool).where(Study.team_id == principal.team_id).distinct()
         stmt = stmt.where(Worker.pool.in_(pools))
-    return [WorkerOut.model_validate(w) for w in session.execute(stmt).scalars()]
+    return [WorkerOut.of(worker, count) for worker, count in session.execute(stmt)]

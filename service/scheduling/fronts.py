@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.domain import pareto
-from service.store.db import next_seq
 from service.store.models import Study, Trial
+from service.trials.transitions import touch
 
 
 def minimised(values: dict[str, Any], objectives: list[dict[str, str]]) -> tuple[float, ...]:
@@ -46,9 +46,11 @@ def load_front(session: Session, study_id: int) -> dict[int, dict[str, Any]]:
     return {row.id: row.values for row in rows}
 
 
-def on_completed(session: Session, study: Study, trial: Trial, front: dict[int, dict[str, Any]]) -> None:
+def on_completed(session: Session, study: Study, trial: Trial, front: dict[int, dict[str, Any]],
+                 left: set[int]) -> None:
     """Account for a newly completed trial (values set, feasibility known). `front` is the
-    caller's copy of the study's front (kept across calls), updated in place."""
+    caller's copy of the study's front (kept across calls), updated in place; the ids of
+    trials it pushes off the front are added to `left` for the caller to store."""
     assert trial.values is not None
     study.n_completed += 1
     trial.completed_index = study.n_completed
@@ -57,7 +59,7 @@ def on_completed(session: Session, study: Study, trial: Trial, front: dict[int, 
     front_changed = False
     if trial.feasible:
         _update_best(study, trial.values)
-        front_changed = _update_front(session, study, trial, front)
+        front_changed = _update_front(study, trial, front, left)
     if trial.is_baseline:
         _on_baseline(session, study, trial)
     elif study.baseline_values and front_changed:
@@ -74,12 +76,12 @@ def _update_best(study: Study, values: dict[str, Any]) -> None:
     study.best = best
 
 
-def _update_front(session: Session, study: Study, trial: Trial, front: dict[int, dict[str, Any]]) -> bool:
+def _update_front(study: Study, trial: Trial, front: dict[int, dict[str, Any]], left: set[int]) -> bool:
     """Add the trial to the front if nothing there dominates it; returns whether it joined."""
     members = [(key, minimised(values, study.objectives)) for key, values in front.items()]
     on_front, removed = pareto.update_front(members, trial.id, minimised(trial.values or {}, study.objectives))
-    for key in removed:  # a new seq, so that event streams report them leaving the front
-        session.execute(update(Trial).where(Trial.id == key).values(on_front=False, seq=next_seq(session)))
+    for key in removed:
+        left.add(key)
         del front[key]
     if on_front:
         front[trial.id] = dict(trial.values or {})
@@ -121,3 +123,4 @@ def _on_baseline(session: Session, study: Study, baseline: Trial) -> None:
         current = value_by_row.get(id(row), current)
         row.hypervolume_after = current
     study.hypervolume = current
+    touch(session, [row for row in rows if row is not baseline])  # their ratios are new

@@ -22,13 +22,14 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState as OptunaState
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from service.domain.space import MAX_GRID_POINTS, SearchSpace
 from service.domain.states import TRIAL_FINISHED
 from service.scheduling import samplers
 from service.store.models import Study, Trial
+from service.trials.queries import LIGHT
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -72,12 +73,17 @@ class Mirror:
         self.ids: dict[int, int] = {}  # trials.id -> optuna trial_id
         self.running: set[int] = set()  # trials.id still RUNNING in the mirror
         self.watermark = -1
+        self.next_number = 0  # every trial numbered below is known
         if study.n_created == 0:
             self.optuna.enqueue_trial(doc["baseline"])
 
     def sync(self, session: Session) -> None:
+        """Learn the trials created by other replicas' steps and those finished since."""
         rows = session.execute(
-            select(Trial).where(Trial.study_id == self.study_id, Trial.seq > self.watermark).order_by(Trial.seq)
+            select(Trial).options(*LIGHT)
+            .where(Trial.study_id == self.study_id, Trial.seq > self.watermark,
+                   or_(Trial.state.in_([s.value for s in TRIAL_FINISHED]), Trial.number >= self.next_number))
+            .order_by(Trial.seq)
         ).scalars()
         for row in rows:
             self.learn(row)
@@ -138,6 +144,7 @@ class Mirror:
         self.ids[row.id] = optuna_trial_id
         self.running.add(row.id)
         self.watermark = max(self.watermark, row.seq)
+        self.next_number = max(self.next_number, row.number + 1)
 
     def learn(self, row: Trial) -> None:
         """Bring the mirror up to date with one row: a trial it does not know is added (as
@@ -145,6 +152,7 @@ class Mirror:
         running that has finished is told. Idempotent."""
         finished = row.state in TRIAL_FINISHED
         self.seen.add(config_key(row.config))
+        self.next_number = max(self.next_number, row.number + 1)
         if row.id not in self.ids:
             state, values, constraints = self._told(row) if finished else (OptunaState.RUNNING, None, {})
             frozen = optuna.trial.create_trial(
@@ -154,6 +162,8 @@ class Mirror:
             self.ids[row.id] = self.storage.create_new_trial(self.optuna._study_id, template_trial=frozen)
             if not finished:
                 self.running.add(row.id)
+            elif state == OptunaState.COMPLETE and hasattr(self.optuna.sampler, "observe_completed"):
+                self.optuna.sampler.observe_completed(self.storage.get_trial(self.ids[row.id]))
         elif finished and row.id in self.running:
             trial_id = self.ids[row.id]
             state, values, constraints = self._told(row)

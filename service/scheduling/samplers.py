@@ -7,17 +7,81 @@ small document can describe billions of them.
 
 from __future__ import annotations
 
+import bisect
 import inspect
 import re
+from collections import defaultdict
 from typing import Any
 
 import optuna
+from optuna import Study
+from optuna.samplers._ga._base import BaseGASampler
+from optuna.trial import FrozenTrial, TrialState
 
 from service.domain.study_doc import DocumentError
 
+
+def _indexed(base: type[BaseGASampler]) -> type[BaseGASampler]:
+    """`base`, answering its generation questions from an index instead of a scan.
+
+    Optuna's genetic samplers find a new trial's generation and its parents by scanning every
+    trial of the study on each ask, 9 ms per ask at 10,000 trials. The mirror shows the
+    sampler every trial that completes (Optuna's after_trial on a tell, `observe_completed`
+    for a trial added complete), so an index of completed trials by generation gives the
+    same answers, in the same order, at a cost that does not grow with the study."""
+
+    class Indexed(base):  # type: ignore[valid-type,misc]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._completed: dict[int, list[int]] = defaultdict(list)  # generation -> trial ids, ascending
+            self._parents: dict[int, list[FrozenTrial]] = {}
+
+        def observe_completed(self, trial: FrozenTrial) -> None:
+            generation = trial.system_attrs.get(self._get_generation_key())
+            if generation is not None:
+                bisect.insort(self._completed[generation], trial._trial_id)
+
+        def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState, values: Any) -> None:
+            super().after_trial(study, trial, state, values)
+            if state == TrialState.COMPLETE:
+                self.observe_completed(study._storage.get_trial(trial._trial_id))
+
+        def get_trial_generation(self, study: Study, trial: FrozenTrial) -> int:
+            generation = trial.system_attrs.get(self._get_generation_key())
+            if generation is not None:
+                return int(generation)
+            top = max((g for g in self._completed if g >= 0), default=0)
+            assert self._population_size is not None
+            generation = top if len(self._completed.get(top, ())) < self._population_size else top + 1
+            study._storage.set_trial_system_attr(trial._trial_id, self._get_generation_key(), generation)
+            return generation
+
+        def get_population(self, study: Study, generation: int) -> list[FrozenTrial]:
+            return [study._storage.get_trial(i) for i in self._completed.get(generation, ())]
+
+        def get_parent_population(self, study: Study, generation: int) -> list[FrozenTrial]:
+            if generation == 0:
+                return []
+            if generation in self._parents:
+                return self._parents[generation]  # in the study's order, as Optuna's cache gives them
+            parents = self.select_parent(study, generation)
+            study._storage.set_study_system_attr(
+                study._study_id, self._get_parent_cache_key_prefix() + str(generation),
+                [t._trial_id for t in parents])
+            self._parents[generation] = sorted(parents, key=lambda t: t.number)
+            return parents  # the first time in the order of selection, as Optuna's own does
+
+    # the generation is stored with each trial under the base class's key: keep it
+    Indexed._GENERATION_KEY = base._GENERATION_KEY  # type: ignore[attr-defined]
+    Indexed._PARENT_CACHE_KEY_PREFIX = base._PARENT_CACHE_KEY_PREFIX  # type: ignore[attr-defined]
+    Indexed.__name__ = Indexed.__qualname__ = base.__name__
+    Indexed.__signature__ = inspect.signature(base)  # type: ignore[attr-defined]  # the options it takes
+    return Indexed
+
+
 SAMPLER_CLASSES: dict[str, type[optuna.samplers.BaseSampler]] = {
-    "nsga2": optuna.samplers.NSGAIISampler,
-    "nsga3": optuna.samplers.NSGAIIISampler,
+    "nsga2": _indexed(optuna.samplers.NSGAIISampler),
+    "nsga3": _indexed(optuna.samplers.NSGAIIISampler),
     "tpe": optuna.samplers.TPESampler,
     "gp": optuna.samplers.GPSampler,
     "random": optuna.samplers.RandomSampler,

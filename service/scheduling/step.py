@@ -26,7 +26,8 @@ from service.scheduling.mirror import Mirror, MirrorCache, SpaceExhausted
 from service.store.db import lock_study, next_seqs
 from service.store.models import Study, Trial
 from service.studies import lifecycle
-from service.trials.transitions import touch
+from service.trials.queries import LIGHT
+from service.trials.transitions import touch, touch_ids
 
 ASKS_PER_STEP = 64  # one step asks for at most this many trials...
 ASK_BUDGET_S = 0.05  # ...and stops asking after this long; the next step asks for the rest
@@ -51,8 +52,8 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         return None if exists is not None else StepReport(study_id, "")
     report = StepReport(study.id, study.pool)
     untold = list(session.execute(
-        select(Trial).where(Trial.study_id == study.id, Trial.told.is_(False),
-                            Trial.state.in_([s.value for s in TRIAL_FINISHED]))
+        select(Trial).options(*LIGHT).where(Trial.study_id == study.id, Trial.told.is_(False),
+                                            Trial.state.in_([s.value for s in TRIAL_FINISHED]))
         .order_by(Trial.finished_at, Trial.id).limit(TELLS_PER_STEP)
     ).scalars())
     if not untold and study.state in STUDY_FINISHED:
@@ -74,16 +75,23 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
 def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]) -> None:
     if mirror.front is None:
         mirror.front = fronts.load_front(session, study.id)
+    completed: list[Trial] = []
+    left: set[int] = set()  # pushed off the front
     for trial in untold:
         mirror.learn(trial)
         trial.told = True
         if trial.state == TrialState.COMPLETED:
-            fronts.on_completed(session, study, trial, mirror.front)
-            touch(session, trial)  # its ratios, front membership and index are new
+            fronts.on_completed(session, study, trial, mirror.front, left)
+            completed.append(trial)
         elif trial.state == TrialState.FAILED:
             study.n_failed += 1
         else:
             study.n_cancelled += 1
+    here = {t.id: t for t in completed}
+    for trial_id in left & here.keys():
+        here[trial_id].on_front = False
+    touch(session, completed)  # their ratios, front membership and index are new
+    touch_ids(session, left - here.keys(), on_front=False)  # event streams see them leave the front
 
 
 def counts_of(session: Session, study: Study) -> schedule.Counts:
@@ -115,10 +123,9 @@ def _settle_and_refill(session: Session, study: Study, mirror: Mirror) -> int:
 
 def _ask(session: Session, study: Study, mirror: Mirror, wanted: int) -> int:
     started = time.perf_counter()
-    seqs = next_seqs(session, wanted)
-    queued = 0
-    for seq in seqs:
-        if queued and time.perf_counter() - started > ASK_BUDGET_S:
+    asked: list[tuple[Trial, int]] = []
+    for seq in next_seqs(session, wanted):
+        if asked and time.perf_counter() - started > ASK_BUDGET_S:
             break
         try:
             params, sampler_state, optuna_id = mirror.ask(study.n_created)
@@ -140,11 +147,12 @@ def _ask(session: Session, study: Study, mirror: Mirror, wanted: int) -> int:
             max_attempts=study.document["limits"]["max_attempts"],
         )
         session.add(trial)
-        session.flush()
-        mirror.adopt(trial, optuna_id)
+        asked.append((trial, optuna_id))
         study.n_created += 1
-        queued += 1
-    return queued
+    session.flush()  # one round trip for the batch
+    for trial, optuna_id in asked:
+        mirror.adopt(trial, optuna_id)
+    return len(asked)
 
 
 def pending_studies(session: Session, limit: int = 1000) -> list[int]:

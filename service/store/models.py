@@ -80,7 +80,6 @@ class Worker(Base):
     energy: Mapped[bool] = mapped_column(Boolean, default=False)
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    trials_done: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class Study(Base):

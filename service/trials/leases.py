@@ -13,7 +13,7 @@ import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, update
@@ -24,9 +24,10 @@ from service.domain import results
 from service.domain.states import TRIAL_FINISHED, StudyState, TrialState, after_expired_lease
 from service.errors import Conflict
 from service.store.db import is_postgres, lock_study
-from service.store.models import Study, Trial, Worker, as_utc, utcnow
+from service.store.models import Study, Trial, as_utc, utcnow
 from service.studies.lifecycle import past_wall_time
-from service.trials.transitions import move
+from service.trials.transitions import move, move_where
+from service.trials.workers import WorkerDirectory, WorkerInfo
 from workers import contract as wire
 
 
@@ -70,12 +71,27 @@ class StudySpecs:
         return spec
 
 
-def acquire(session: Session, worker: Worker, settings: Settings) -> Trial | None:
-    """Lease the oldest queued trial of the worker's pool that the worker can run."""
+@dataclass(frozen=True)
+class Leased:
+    """A trial as a lease hands it out."""
+
+    id: int
+    study_id: int
+    number: int
+    attempt: int
+    is_baseline: bool
+    config: dict[str, Any]
+    lease_token: str
+    lease_expires_at: datetime
+
+
+def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> Leased | None:
+    """Lease the oldest queued trial of the worker's pool that the worker can run: one
+    statement (the row is picked and locked with SKIP LOCKED on Postgres)."""
     candidate = (
         select(Trial.id)
         .where(Trial.pool == worker.pool, Trial.state == TrialState.QUEUED.value,
-               Trial.backend.in_(worker.backends or []))
+               Trial.backend.in_(worker.backends))
         .order_by(Trial.id)
         .limit(1)
     )
@@ -83,20 +99,18 @@ def acquire(session: Session, worker: Worker, settings: Settings) -> Trial | Non
         candidate = candidate.where(Trial.requires_energy.is_(False))
     if is_postgres(session):
         candidate = candidate.with_for_update(skip_locked=True)
-    trial_id = session.execute(candidate).scalar_one_or_none()
-    if trial_id is None:
-        return None
-    trial = session.get(Trial, trial_id)
-    assert trial is not None
     now = utcnow()
-    move(session, trial, TrialState.RUNNING, lease_token=secrets.token_urlsafe(32),
-         lease_expires_at=now + timedelta(seconds=settings.lease_s), attempt=trial.attempt + 1,
-         worker_id=worker.id, started_at=now, phase="leased")
-    return trial
+    stmt = move_where(
+        session, TrialState.QUEUED, TrialState.RUNNING, Trial.id == candidate.scalar_subquery(),
+        lease_token=secrets.token_urlsafe(32), lease_expires_at=now + timedelta(seconds=settings.lease_s),
+        attempt=Trial.attempt + 1, worker_id=worker.id, started_at=now, phase="leased",
+    ).returning(Trial.id, Trial.study_id, Trial.number, Trial.attempt, Trial.is_baseline, Trial.config,
+                Trial.lease_token, Trial.lease_expires_at)
+    row = session.execute(stmt).one_or_none()
+    return Leased(*row) if row is not None else None
 
 
-def lease_reply(trial: Trial, spec: StudySpec, settings: Settings) -> wire.Lease:
-    assert trial.lease_token is not None and trial.lease_expires_at is not None
+def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Lease:
     return wire.Lease(
         token=trial.lease_token,
         expires_at=trial.lease_expires_at,
@@ -118,40 +132,54 @@ def lease_reply(trial: Trial, spec: StudySpec, settings: Settings) -> wire.Lease
     )
 
 
-def held_trial(session: Session, token: str, token_id: int) -> tuple[Trial, Worker]:
+@dataclass(frozen=True)
+class Held:
+    """A lease token's trial, read under its row lock."""
+
+    id: int
+    study_id: int
+    state: str
+    worker_id: int
+    lease_expires_at: datetime | None
+
+
+def held_trial(session: Session, token: str, token_id: int, workers: WorkerDirectory) -> tuple[Held, WorkerInfo]:
     """The trial of a lease token and its worker, if that worker runs under API token
     `token_id` (several agents may share one worker token). Locked on Postgres."""
-    stmt = select(Trial).where(Trial.lease_token == token)
+    stmt = select(Trial.id, Trial.study_id, Trial.state, Trial.worker_id, Trial.lease_expires_at).where(
+        Trial.lease_token == token)
     if is_postgres(session):
         stmt = stmt.with_for_update()
-    trial = session.execute(stmt).scalar_one_or_none()
-    worker = session.get(Worker, trial.worker_id) if trial is not None and trial.worker_id else None
-    if trial is None or worker is None or worker.token_id != token_id:
+    row = session.execute(stmt).one_or_none()
+    worker = workers.get(session, row.worker_id) if row is not None and row.worker_id else None
+    if row is None or worker is None or worker.token_id != token_id:
         raise Conflict("unknown lease: it expired and was handed to another worker, or never existed",
                        field="token")
-    return trial, worker
+    return Held(row.id, row.study_id, row.state, worker.id, row.lease_expires_at), worker
 
 
-def _check_live(trial: Trial, message: str) -> None:
+def _check_live(trial: Held, message: str) -> None:
     expires = trial.lease_expires_at and as_utc(trial.lease_expires_at)
     if trial.state != TrialState.RUNNING or expires is None or expires < utcnow():
         raise Conflict(message, field="token")
 
 
-def heartbeat(session: Session, trial: Trial, phase: str | None, settings: Settings) -> wire.HeartbeatResponse:
+def heartbeat(session: Session, trial: Held, phase: str | None, settings: Settings) -> wire.HeartbeatResponse:
     _check_live(trial, "the lease has expired; drop this trial")
-    trial.lease_expires_at = utcnow() + timedelta(seconds=settings.lease_s)
+    expires = utcnow() + timedelta(seconds=settings.lease_s)
+    values: dict[str, Any] = {"lease_expires_at": expires}
     if phase:
-        trial.phase = phase[:32]
+        values["phase"] = phase[:32]
+    session.execute(update(Trial).where(Trial.id == trial.id).values(**values))
     state = session.execute(select(Study.state).where(Study.id == trial.study_id)).scalar_one_or_none()
     # a paused study lets running trials finish; a cancelled or failed one wants them stopped
     cancel = state is None or state in (StudyState.CANCELLED, StudyState.FAILED)
-    return wire.HeartbeatResponse(expires_at=trial.lease_expires_at, cancel=cancel)
+    return wire.HeartbeatResponse(expires_at=expires, cancel=cancel)
 
 
-def record_result(session: Session, trial: Trial, spec: StudySpec, worker: Worker,
+def record_result(session: Session, trial: Held, spec: StudySpec, worker: WorkerInfo,
                   result: wire.TrialResult) -> wire.ResultAck:
-    """Store a worker's result on its trial row. Idempotent per lease token."""
+    """Store a worker's result on its trial row: one statement. Idempotent per lease token."""
     if trial.state in TRIAL_FINISHED:
         return wire.ResultAck(trial_id=trial.id, state=trial.state, duplicate=True)
     _check_live(trial, "the lease has expired; the trial was handed back to the queue")
@@ -166,22 +194,21 @@ def record_result(session: Session, trial: Trial, spec: StudySpec, worker: Worke
         message=result.message[:10_000],
         fingerprint=worker.fingerprint,
     )
+    state = TrialState.COMPLETED
     if result.status == "failed":
-        reason = (result.failure_reason or wire.FailureReason.ERROR).value
-        move(session, trial, TrialState.FAILED, failure_reason=reason, **fields)
+        state, fields["failure_reason"] = TrialState.FAILED, (result.failure_reason or wire.FailureReason.ERROR).value
     else:
         try:
             outcome = results.evaluate(spec.objectives, spec.constraints,
                                        {name: m.value for name, m in result.metrics.items()})
         except results.Unusable as exc:
             fields["message"] = f"{exc}. {fields['message']}".strip()
-            move(session, trial, TrialState.FAILED, failure_reason=wire.FailureReason.ERROR.value, **fields)
+            state, fields["failure_reason"] = TrialState.FAILED, wire.FailureReason.ERROR.value
         else:
-            move(session, trial, TrialState.COMPLETED, values=outcome.values,
-                 constraint_values=outcome.constraint_values, feasible=outcome.feasible, **fields)
-    session.execute(update(Worker).where(Worker.id == worker.id)
-                    .values(trials_done=Worker.trials_done + 1, last_seen_at=utcnow()))
-    return wire.ResultAck(trial_id=trial.id, state=trial.state)
+            fields.update(values=outcome.values, constraint_values=outcome.constraint_values,
+                          feasible=outcome.feasible)
+    session.execute(move_where(session, TrialState.RUNNING, state, Trial.id == trial.id, **fields))
+    return wire.ResultAck(trial_id=trial.id, state=state.value)
 
 
 def expire_leases(session: Session, limit: int = 200) -> tuple[set[int], set[str]]:
@@ -222,8 +249,4 @@ def wall_time_over(session: Session) -> list[int]:
         select(Study).where(Study.state.in_(("running", "paused")), Study.wall_time_s.is_not(None))
     ).scalars().all()
     return [s.id for s in candidates if past_wall_time(s)]
-
-
-def touch_worker(session: Session, worker_id: int) -> None:
-    session.execute(update(Worker).where(Worker.id == worker_id).values(last_seen_at=utcnow()))
 

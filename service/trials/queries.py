@@ -10,13 +10,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Select, and_, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from service.domain.states import TrialState
 from service.errors import Invalid
 from service.store.models import Study, Trial
 
 MAX_CURSOR_CHARS = 512
+# what scheduling reads of a trial: not its logs and reports
+LIGHT = (defer(Trial.log), defer(Trial.metrics), defer(Trial.correctness), defer(Trial.compile_report),
+         defer(Trial.environment), defer(Trial.timings), defer(Trial.fingerprint), defer(Trial.message))
 
 
 def encode_cursor(parts: list[Any]) -> str:

@@ -4,10 +4,10 @@ its event: event streams and sampler mirrors follow trials by sequence number.""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Update, select, text, update
 from sqlalchemy.orm import Session
 
 from service.domain.states import TRIAL_FINISHED, TrialState, check_trial
@@ -41,7 +41,29 @@ def move_all(session: Session, study_id: int, old: Iterable[TrialState], new: Tr
     return rows
 
 
-def touch(session: Session, trial: Trial) -> None:
-    """A new sequence number for a trial whose state stays, but whose shown fields changed
-    (front membership, ratios), so that event streams send it again."""
-    trial.seq = next_seq(session)
+def move_where(session: Session, old: TrialState, new: TrialState, *conditions: Any, **values: Any) -> Update:
+    """One statement that changes the one trial matching `conditions` from `old` to `new`
+    (the hot paths: a lease, a result). Add .returning(...) to read the row back."""
+    check_trial(old, new)
+    if new in TRIAL_FINISHED:
+        values.setdefault("finished_at", utcnow())
+    seq = text("nextval('trial_seq')") if is_postgres(session) else next_seq(session)
+    return update(Trial).where(Trial.state == old.value, *conditions).values(state=new.value, seq=seq, **values)
+
+
+def touch(session: Session, trials: Sequence[Trial]) -> None:
+    """New sequence numbers for trials whose state stays but whose shown fields changed
+    (front membership, ratios), so that event streams send them again."""
+    for trial, seq in zip(trials, next_seqs(session, len(trials)), strict=True):
+        trial.seq = seq
+
+
+def touch_ids(session: Session, ids: Collection[int], **values: Any) -> None:
+    """The same for trials not loaded in this session, with other field changes."""
+    if not ids:
+        return
+    if is_postgres(session):  # nextval runs once per row
+        session.execute(update(Trial).where(Trial.id.in_(ids)).values(seq=text("nextval('trial_seq')"), **values))
+        return
+    for trial_id, seq in zip(sorted(ids), next_seqs(session, len(ids)), strict=True):
+        session.execute(update(Trial).where(Trial.id == trial_id).values(seq=seq, **values))

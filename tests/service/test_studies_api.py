@@ -132,6 +132,7 @@ def test_duplicate_result_counts_once_and_unknown_lease_is_refused(api: Api) -> 
     assert second.status_code == 200 and second.json()["duplicate"]
     unknown = api.post_result(worker, "not-a-lease", body)
     assert unknown.status_code == 409 and unknown.json()["error"]["field"] == "token"
+    api.quiesce()
     progress = api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()["progress"]
     assert progress["completed"] == 1 and progress["created"] == 2
 

@@ -1,0 +1,69 @@
+"""Registered workers as the lease queue sees them. A worker's identity (its token, pool,
+backends, energy counter, fingerprint) never changes after registration, so each replica
+keeps what it has read; only `last_seen_at` is written, at most every LAST_SEEN_EVERY_S."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from service.store.models import Worker, utcnow
+
+LAST_SEEN_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: int
+    token_id: int
+    pool: str
+    backends: tuple[str, ...]
+    energy: bool
+    fingerprint: dict[str, Any] = field(hash=False, compare=False)
+
+    @classmethod
+    def of(cls, row: Worker) -> WorkerInfo:
+        return cls(row.id, row.token_id, row.pool, tuple(row.backends or ()), row.energy, dict(row.fingerprint or {}))
+
+
+class WorkerDirectory:
+    def __init__(self, capacity: int = 20_000) -> None:
+        self.capacity = capacity
+        self._workers: OrderedDict[int, WorkerInfo] = OrderedDict()
+        self._seen: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def get(self, session: Session, worker_id: int) -> WorkerInfo | None:
+        with self._lock:
+            info = self._workers.get(worker_id)
+        if info is None:
+            row = session.get(Worker, worker_id) if 0 < worker_id < 2**63 else None
+            if row is None:
+                return None
+            info = self.remember(row)
+        return info
+
+    def remember(self, row: Worker) -> WorkerInfo:
+        info = WorkerInfo.of(row)
+        with self._lock:
+            self._workers[info.id] = info
+            while len(self._workers) > self.capacity:
+                self._workers.popitem(last=False)
+        return info
+
+    def seen(self, session: Session, worker_id: int) -> None:
+        """Record that the worker called, if it has not been recorded lately."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._seen.get(worker_id, -LAST_SEEN_EVERY_S) < LAST_SEEN_EVERY_S:
+                return
+            self._seen[worker_id] = now
+            if len(self._seen) > self.capacity:
+                self._seen.clear()
+        session.execute(update(Worker).where(Worker.id == worker_id).values(last_seen_at=utcnow()))
