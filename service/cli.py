@@ -16,6 +16,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from service.artifact_cli import artifact_app
+
 app = typer.Typer(help="paretune: multi-objective Pareto tuning of GPU kernel configurations.",
                   no_args_is_help=True, add_completion=False)
 study_app = typer.Typer(help="Create, list and follow studies.", no_args_is_help=True)
@@ -24,6 +26,7 @@ db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(study_app, name="study")
 app.add_typer(token_app, name="token")
 app.add_typer(db_app, name="db")
+app.add_typer(artifact_app, name="artifact")
 console = Console()
 err = Console(stderr=True)
 
