@@ -47,9 +47,10 @@ def dumps(value: Any) -> bytes:
 
 def loads(data: bytes | str) -> Any:
     """Parse JSON, refusing duplicate keys and non-finite numbers (which canonical JSON
-    cannot carry); numbers with a fraction or exponent become floats, others ints."""
+    cannot carry); numbers with a fraction or exponent, or integers beyond 2**53, become
+    floats, other integers ints."""
     try:
-        return json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        return json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_int=_integer)
     except CanonicalJsonError:
         raise
     except (ValueError, UnicodeDecodeError) as exc:
@@ -63,6 +64,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise CanonicalJsonError(f"duplicate key {key!r}")
         result[key] = value
     return result
+
+
+def _integer(text: str) -> int | float:
+    """An integer, or the double it stands for beyond 2**53 (as a canonical float prints)."""
+    value = int(text)
+    return value if abs(value) <= MAX_EXACT_INT else float(value)
 
 
 def _no_constant(name: str) -> Any:

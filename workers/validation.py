@@ -39,7 +39,7 @@ from workers.contract import (
 )
 from workers.runner import RunnerPool
 from workers.sandbox import CompileStage, compile_trial, run_phase, tail
-from workers.validation_run import BASELINE, label
+from workers.validation_run import BASELINE, label, read_progress
 from workers.validation_shapes import extended_shapes
 
 
@@ -149,11 +149,11 @@ def run_validation(
             runners=runners,
         )
         where = _read(jobdir / "phase")
+        payload = outcome.payload if "configs" in outcome.payload else {**outcome.payload, **read_progress(jobdir)}
     finally:
         shutil.rmtree(jobdir, ignore_errors=True)
     if outcome.abandoned:
         return None
-    payload = outcome.payload
     _merge_run(outcomes, payload, spec)
     common.update(
         rounds=int(payload.get("rounds", 0)),
@@ -221,7 +221,6 @@ def _compile_outcome(candidate_id: int | None, stage: CompileStage) -> ConfigOut
 
 def _merge_run(outcomes: dict[str, ConfigOutcome], payload: dict[str, Any], spec: ValidationSpec) -> None:
     """Fill each compiled configuration's outcome with what its run recorded."""
-    rounds = int(payload.get("rounds", 0))
     records = payload.get("configs") or {}
     for name, outcome in outcomes.items():
         if outcome.status == "failed":
@@ -233,13 +232,18 @@ def _merge_run(outcomes: dict[str, ConfigOutcome], payload: dict[str, Any], spec
         outcome.units = dict(record.get("units", {}))
         outcome.environments = list(record.get("environments", []))
         failure = record.get("failure")
-        complete = all(len(outcome.values.get(o, [])) >= rounds for o in spec.objectives)
+        complete = all(len(outcome.values.get(o, [])) >= spec.rounds for o in spec.objectives)
         if failure:
             outcome.status, outcome.failure_reason = "failed", FailureReason(failure["reason"])
             outcome.message = failure["message"]
         elif outcome.correct is None or not complete:
             outcome.status, outcome.failure_reason = "failed", FailureReason.ERROR
-            outcome.message = "the run ended before it was checked and measured"
+            done = len(outcome.values.get(spec.objectives[0], []))
+            outcome.message = (
+                "the run ended before it was checked"
+                if outcome.correct is None
+                else f"the run ended after {done} of {spec.rounds} rounds"
+            )
 
 
 def _blame(outcomes: dict[str, ConfigOutcome], where: str, reason: FailureReason, message: str) -> None:

@@ -8,12 +8,15 @@ A round's value of an objective is that measurement's value (a median over its s
 
 Progress goes to JOBDIR/phase ("check candidate 12", "round 3/20: baseline"): the agent
 shows it in heartbeats and, if the process dies, names the configuration that killed it.
-What was measured so far is kept in `partial`, so a failure still reports it.
+What was checked and measured so far is kept in `partial` (returned with an error) and
+saved to JOBDIR/validation-progress.json after every step (read back after a crash).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 import traceback
 from pathlib import Path
@@ -25,6 +28,7 @@ from workers.contract import FailureReason, KernelSpec, ShapeCorrectness, Valida
 from workers.kernels.gpu.loader import shape_key
 
 BASELINE = "baseline"
+PROGRESS_FILE = "validation-progress.json"
 
 
 def label(candidate_id: int | None) -> str:
@@ -74,6 +78,19 @@ def _numbers(entry: dict[str, Any], exclude: tuple[str, ...]) -> dict[str, float
         for k, v in entry.items()
         if k not in exclude and isinstance(v, int | float) and not isinstance(v, bool)
     }
+
+
+def save_progress(jobdir: Path, partial: dict[str, Any]) -> None:
+    temporary = jobdir / (PROGRESS_FILE + ".tmp")
+    temporary.write_text(json.dumps(partial, default=str))
+    os.replace(temporary, jobdir / PROGRESS_FILE)
+
+
+def read_progress(jobdir: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads((jobdir / PROGRESS_FILE).read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def _failure(reason: FailureReason, message: str) -> dict[str, str]:
@@ -144,6 +161,7 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
     for name, (config, compiled) in built.items():
         (jobdir / "phase").write_text(f"check {name}")
         _check(backend, check_kernel, config, compiled, configs[name])
+        save_progress(jobdir, partial)
     partial["timings"]["check_s"] = time.perf_counter() - started
 
     # a wrong candidate is not measured (it cannot be approved); the baseline always is
@@ -160,6 +178,7 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
             break  # nothing left to compare with
         partial["order"].append([configs[n]["candidate_id"] for n in order])
         partial["rounds"] = round_index + 1
+        save_progress(jobdir, partial)
     partial["timings"]["measure_s"] = time.perf_counter() - started
     partial["target"] = _target(spec.kernel.backend)
     return dict(partial)
