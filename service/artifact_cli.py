@@ -51,13 +51,18 @@ def _get(server: str, path: str, token: str = "", **params: str) -> httpx.Respon
     except httpx.HTTPError as exc:
         _fail(f"cannot reach {server}: {exc}")
     if response.status_code >= 400:
-        try:
-            error = response.json()["error"]
-            where = f" (field {error['field']})" if error.get("field") else ""
-            _fail(f"{response.status_code} {error['message']}{where}")
-        except (ValueError, KeyError, TypeError):
-            _fail(f"{response.status_code} {response.text[:500]}")
+        _fail(error_message(response))
     return response
+
+
+def error_message(response: httpx.Response) -> str:
+    """The API's error body as one line: the status, the message and the field it names."""
+    try:
+        error = response.json()["error"]
+        where = f" (field {error['field']})" if error.get("field") else ""
+        return f"{response.status_code} {error['message']}{where}"
+    except (ValueError, KeyError, TypeError):
+        return f"{response.status_code} {response.text[:500]}"
 
 
 def trusted_keys(public_key: Path | None, server: str | None, token: str = "") -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,19 @@ def test_documented_shell_recipe(tmp_path: Path, signed_file: bytes, signing_key
     )
     assert done.returncode != 0
     assert "sha256 mismatch" in done.stdout + done.stderr
+
+
+def test_documented_python_recipe(tmp_path: Path, signed_file: bytes, signing_key: Ed25519PrivateKey) -> None:
+    """docs/artifacts.md's Python verification (cryptography and the standard library only)."""
+    text = (Path(__file__).parents[2] / "docs" / "artifacts.md").read_text()
+    start = text.index("# offline verification of a paretune artifact file")
+    (tmp_path / "verify.py").write_text(text[start : text.index("```", start)])
+    (tmp_path / "artifact.json").write_bytes(signed_file)
+    (tmp_path / "key.pem").write_bytes(public_pem(signing_key))
+    command = [sys.executable, "verify.py", "artifact.json", "key.pem"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("verified: {"), done.stderr
+    edited = signed_file.replace(b'"THREADS":512', b'"THREADS":256')
+    (tmp_path / "artifact.json").write_bytes(edited)
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 1 and "sha256 mismatch" in done.stderr
