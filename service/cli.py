@@ -16,6 +16,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from service.artifact_cli import artifact_app, error_message
+
 app = typer.Typer(help="paretune: multi-objective Pareto tuning of GPU kernel configurations.",
                   no_args_is_help=True, add_completion=False)
 study_app = typer.Typer(help="Create, list and follow studies.", no_args_is_help=True)
@@ -24,6 +26,7 @@ db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(study_app, name="study")
 app.add_typer(token_app, name="token")
 app.add_typer(db_app, name="db")
+app.add_typer(artifact_app, name="artifact")
 console = Console()
 err = Console(stderr=True)
 
@@ -52,12 +55,7 @@ class Api:
         except httpx.HTTPError as exc:
             _fail(f"cannot reach {self.client.base_url}: {exc}")
         if response.status_code >= 400:
-            try:
-                error = response.json()["error"]
-                where = f" (field {error['field']})" if error.get("field") else ""
-                _fail(f"{response.status_code} {error['message']}{where}")
-            except (ValueError, KeyError, TypeError):
-                _fail(f"{response.status_code} {response.text[:500]}")
+            _fail(error_message(response))
         return response.json() if response.content else None
 
 

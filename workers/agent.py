@@ -36,10 +36,27 @@ from pathlib import Path
 from workers.backends import BackendUnavailable, get_backend, probe_backends
 from workers.cache import ArtifactCache, default_cache_dir
 from workers.client import ApiError, ControlPlaneClient, GaveUp, LeaseGone
-from workers.contract import FailureReason, Lease, LeaseRequest, RegisterRequest, TrialResult
+from workers.contract import (
+    FailureReason,
+    Lease,
+    LeaseRequest,
+    RegisterRequest,
+    ResultAck,
+    TrialResult,
+    ValidationAck,
+    ValidationReport,
+)
 from workers.fingerprint import collect, usable_cpus
 from workers.runner import RunnerPool
 from workers.sandbox import CompileStage, child_env, compile_trial, failed, run_trial
+from workers.validation import (
+    ValidationBuild,
+    compile_validation,
+    describe_lease,
+    describe_report,
+    failed_report,
+    run_validation,
+)
 
 log = logging.getLogger("paretune.worker")
 
@@ -93,10 +110,14 @@ class HeldLease:
     cancel: threading.Event = field(default_factory=threading.Event)
     why_dropped: str = ""
     stage: CompileStage | None = None
+    validation: ValidationBuild | None = None  # a validation job's builds
 
     @property
     def label(self) -> str:
+        if self.lease.validation is not None:
+            return describe_lease(self.lease.validation)
         t = self.lease.trial
+        assert t is not None
         return f"trial {t.trial_id} (study {t.study_id} #{t.number}, attempt {t.attempt})"
 
     def drop(self, why: str) -> None:
@@ -300,6 +321,9 @@ class Agent:
         with self.held_lock:
             self.held[lease.token] = held
         self.summary.leased += 1
+        if lease.trial is None:
+            log.info("%s leased", held.label)
+            return held
         self.summary.trial_ids.append(lease.trial.trial_id)
         kernel = lease.trial.kernel
         what = kernel.builtin or kernel.entry or "source"
@@ -315,6 +339,12 @@ class Agent:
         lock = self.device_lock if self.compile_needs_device else contextlib.nullcontext()
         try:
             with lock:
+                if held.lease.validation is not None:
+                    held.validation = compile_validation(
+                        held.lease.validation, self.cache, cpus=self.compile_cpus, cancel=held.cancel,
+                        env=self.sandbox_env, runners=self.runners)
+                    return
+                assert held.lease.trial is not None
                 stage = compile_trial(
                     held.lease.trial,
                     self.cache,
@@ -357,7 +387,10 @@ class Agent:
                 self._run_and_report(held)
             except Exception as exc:  # report the trial failed rather than take the worker down
                 log.exception("%s: the worker failed running it", held.label)
-                self._post(held, failed(FailureReason.ERROR, f"worker error while running: {exc}"))
+                why = f"worker error while running: {exc}"
+                validation = held.lease.validation
+                self._post(held, failed_report(validation, FailureReason.ERROR, why) if validation else failed(
+                    FailureReason.ERROR, why))
             finally:
                 with self.held_lock:
                     self.held.pop(held.lease.token, None)
@@ -365,13 +398,20 @@ class Agent:
 
     def _run_and_report(self, held: HeldLease) -> None:
         spec = held.lease.trial
-        result: TrialResult | None = None
-        if not held.cancel.is_set() and held.stage is not None:
+        result: TrialResult | ValidationReport | None = None
+
+        def show(phase: str) -> None:
+            held.phase = phase
+
+        if not held.cancel.is_set() and held.validation is not None:
+            with self.device_lock:
+                result = run_validation(
+                    held.validation, self.cache.root / "staging", cpus=self.measure_cpus, cancel=held.cancel,
+                    on_phase=show, env=self.sandbox_env, runners=self.runners,
+                    fingerprint=self.register_request.fingerprint if self.register_request else None)
+        elif not held.cancel.is_set() and held.stage is not None:
+            assert spec is not None
             held.phase = "check"
-
-            def show(phase: str) -> None:
-                held.phase = phase
-
             with self.device_lock:
                 result = run_trial(
                     spec,
@@ -391,9 +431,13 @@ class Agent:
         held.beating = False  # from here the result is retried until the lease expires
         self._post(held, result)
 
-    def _post(self, held: HeldLease, result: TrialResult) -> None:
+    def _post(self, held: HeldLease, result: TrialResult | ValidationReport) -> None:
         try:
-            ack = self.client.post_result(held.lease.token, result, deadline=held.deadline)
+            if isinstance(result, ValidationReport):
+                ack: ResultAck | ValidationAck = self.client.post_validation(
+                    held.lease.token, result, deadline=held.deadline)
+            else:
+                ack = self.client.post_result(held.lease.token, result, deadline=held.deadline)
         except LeaseGone as exc:
             self.summary.unreported += 1
             log.warning("%s result refused, the lease is gone: %s", held.label, exc)
@@ -406,7 +450,8 @@ class Agent:
             self.summary.completed += 1
         else:
             self.summary.failed += 1
-        log.info("%s %s%s", held.label, _describe(result), " (duplicate)" if ack.duplicate else "")
+        what = describe_report(result) if isinstance(result, ValidationReport) else _describe(result)
+        log.info("%s %s%s", held.label, what, " (duplicate)" if ack.duplicate else "")
 
     # -- heartbeats and drain deadline (keeper thread) -------------------------------------
 

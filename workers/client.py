@@ -27,6 +27,8 @@ from workers.contract import (
     RegisterResponse,
     ResultAck,
     TrialResult,
+    ValidationAck,
+    ValidationReport,
 )
 
 log = logging.getLogger(__name__)
@@ -189,6 +191,11 @@ class ControlPlaneClient:
             f"/v1/leases/{token}/result", result, deadline=deadline, until_abort=True
         )
         return self._lease_reply(response, ResultAck)
+
+    def post_validation(self, token: str, report: ValidationReport, *, deadline: float) -> ValidationAck:
+        """A validation job's report, delivered like a trial's result."""
+        response = self._request(f"/v1/leases/{token}/validation", report, deadline=deadline, until_abort=True)
+        return self._lease_reply(response, ValidationAck)
 
     @staticmethod
     def _lease_reply(response: httpx.Response, model: type[Any]) -> Any:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 CONTRACT_VERSION = 1
 
@@ -109,12 +109,59 @@ class TrialSpec(BaseModel):
     measure: MeasureSettings = Field(default_factory=MeasureSettings)
 
 
+class ValidationCandidate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    candidate_id: int
+    config: dict[str, Any]
+
+
+class ValidationSpec(BaseModel):
+    """One validation job: the baseline and candidates of a study re-measured in interleaved
+    rounds on one worker, after a correctness check on extended shapes. A validation split
+    over several workers is several jobs (job_id), each a block of rounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    validation_id: int
+    job_id: int
+    study_id: int
+    attempt: int = 1
+    kernel: KernelSpec
+    baseline: dict[str, Any]
+    candidates: list[ValidationCandidate] = Field(min_length=1)
+    objectives: list[str] = Field(min_length=1)
+    rounds: int = Field(ge=2, le=1000)
+    measure: MeasureSettings = Field(default_factory=MeasureSettings)
+    # shapes of the correctness check; empty: the worker derives them from the workload
+    # (workers.validation_shapes.extended_shapes)
+    shapes: list[WorkloadShape] = Field(default_factory=list)
+    compile_timeout_s: float = Field(gt=0)  # for each configuration
+    run_timeout_s: float = Field(gt=0)  # the whole run: every check and every round
+
+    @model_validator(mode="after")
+    def _distinct_candidates(self) -> ValidationSpec:
+        ids = [c.candidate_id for c in self.candidates]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"candidate ids must be distinct, got {ids}")
+        return self
+
+
 class Lease(BaseModel):
+    """A leased unit of work: a trial or a validation job (exactly one of them)."""
+
     token: str
     expires_at: datetime
     lease_s: float
     heartbeat_s: float
-    trial: TrialSpec
+    trial: TrialSpec | None = None
+    validation: ValidationSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_kind_of_work(self) -> Lease:
+        if (self.trial is None) == (self.validation is None):
+            raise ValueError("a lease holds exactly one of trial and validation")
+        return self
 
 
 class LeaseRequest(BaseModel):
@@ -158,5 +205,92 @@ class TrialResult(BaseModel):
 
 class ResultAck(BaseModel):
     trial_id: int
+    state: str
+    duplicate: bool = False
+
+
+class Target(BaseModel):
+    """Where a configuration is measured or applied: the device and the toolchain.
+
+    GPU backends fill gpu and compute_capability, the cpu backend cpu and machine. Every
+    field is the string workers.runtime.detect reports, so that a worker's target and the
+    one a build or a runtime sees compare equal when they are the same.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str | None = None  # "NVIDIA H200"
+    compute_capability: str | None = None  # "9.0"
+    cpu: str | None = None  # cpu backend: the CPU model
+    machine: str | None = None  # cpu backend: "x86_64", "aarch64"
+    driver: str | None = None  # NVIDIA driver, "570.133.20"
+    cuda: str | None = None  # CUDA version the driver supports, "12.8"
+    triton: str | None = None
+    ptxas: str | None = None  # the ptxas the kernel is compiled with, "13.0"
+    nvrtc: str | None = None
+    cc: str | None = None  # cpu backend: the host C compiler, "gcc (Debian 12.2.0-14) 12.2.0"
+
+    TOOLCHAIN_FIELDS: ClassVar[tuple[str, ...]] = ("driver", "cuda", "triton", "ptxas", "nvrtc", "cc")
+
+    def device(self) -> dict[str, str | None]:
+        """The fields that must match for a configuration to apply at all."""
+        if self.gpu is not None:
+            return {"gpu": self.gpu, "compute_capability": self.compute_capability}
+        return {"cpu": self.cpu, "machine": self.machine}
+
+    def toolchain(self) -> dict[str, str]:
+        """The versions recorded (a missing one is unknown, not compared)."""
+        values = {name: getattr(self, name) for name in self.TOOLCHAIN_FIELDS}
+        return {name: value for name, value in values.items() if value is not None}
+
+
+class ShapeCorrectness(BaseModel):
+    """Correctness of one configuration on one shape."""
+
+    dims: dict[str, int]
+    passed: bool
+    errors: dict[str, float] = Field(default_factory=dict)  # rel_err or rel_l2_err, max_abs_err, ...
+    tolerance: float | None = None
+
+
+class ConfigOutcome(BaseModel):
+    """One configuration of a validation job: its correctness on every shape, and the value
+    of each objective in each round (index = round)."""
+
+    candidate_id: int | None  # None: the baseline
+    status: Literal["ok", "failed"]  # ok: compiled, correct and measured in every round
+    failure_reason: FailureReason | None = None
+    message: str = ""
+    correct: bool | None = None  # None: not checked (it did not compile)
+    correctness: list[ShapeCorrectness] = Field(default_factory=list)
+    values: dict[str, list[float]] = Field(default_factory=dict)
+    units: dict[str, str] = Field(default_factory=dict)
+    environments: list[dict[str, Any]] = Field(default_factory=list)  # of each round's measurement
+    compile_report: dict[str, Any] = Field(default_factory=dict)
+
+
+class ValidationReport(BaseModel):
+    """What a worker reports for a validation lease. `failed` when no comparison could be
+    made (the baseline failed, the run crashed or timed out); a candidate that fails is
+    reported in its own outcome."""
+
+    status: Literal["completed", "failed"]
+    failure_reason: FailureReason | None = None
+    message: str = ""
+    baseline: ConfigOutcome
+    candidates: list[ConfigOutcome] = Field(default_factory=list)
+    rounds: int = 0  # rounds measured
+    order: list[list[int | None]] = Field(default_factory=list)  # each round's order (candidate ids, None: baseline)
+    shapes: list[WorkloadShape] = Field(default_factory=list)  # the shapes correctness was checked on
+    target: Target | None = None  # the device and toolchain measured on
+    fingerprint: Fingerprint | None = None
+    environment: dict[str, Any] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+    log: str = Field(default="", max_length=200_000)
+
+
+class ValidationAck(BaseModel):
+    validation_id: int
+    job_id: int
     state: str
     duplicate: bool = False

@@ -32,7 +32,7 @@ import workers
 from workers.backends import BackendUnavailable, get_backend, needs_compile
 from workers.backends.base import CompiledKernel, TrialFailure
 from workers.cache import ArtifactCache
-from workers.contract import FailureReason, Metric, TrialResult, TrialSpec
+from workers.contract import FailureReason, Metric, TrialResult, TrialSpec, ValidationSpec
 from workers.runner import RunnerPool, WarmRunner, wait_until
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def _kill_group(pgid: int) -> None:
 
 def run_phase(
     phase: str,
-    spec: TrialSpec,
+    spec: TrialSpec | ValidationSpec,
     jobdir: Path,
     timeout_s: float,
     *,

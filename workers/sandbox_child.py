@@ -28,6 +28,7 @@ from typing import Any
 from workers.backends import BackendUnavailable, get_backend
 from workers.backends.base import Backend, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, TrialSpec
+from workers.validation_run import run_validation_job
 
 LOG_LIMIT = 16_000
 _PR_SET_PDEATHSIG = 1
@@ -79,6 +80,8 @@ def run_job(jobdir: Path) -> dict[str, Any]:
         os.sched_setaffinity(0, job["cpus"])
     partial: dict[str, Any] = {}
     try:
+        if job.get("validation"):  # a validation job: checks and interleaved rounds
+            return {"ok": True, **run_validation_job(job, jobdir, partial)}
         spec = TrialSpec.model_validate(job["trial"])
         backend = get_backend(spec.kernel.backend)
         if job["phase"] == "compile":

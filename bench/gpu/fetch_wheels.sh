@@ -17,6 +17,7 @@ PACKAGES=(
   fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0
   sqlalchemy==2.1.9 greenlet==3.5.6 alembic==1.20.1 mako==1.4.3
   optuna==5.0.0 colorlog==6.12.0 opentelemetry-api==1.45.2
+  cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
 )
 mkdir -p .whl
 for package in "${PACKAGES[@]}"; do

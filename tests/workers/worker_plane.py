@@ -1,8 +1,9 @@
 """A minimal, real HTTP control plane for driving worker agents without the service.
 
 It implements the worker half of the protocol (register, lease long-poll, heartbeat,
-result) over an in-memory queue of trial specs, with lease expiry and re-queueing, and it
-records every call so tests and benchmarks can check what the agent did and when.
+result, validation report) over an in-memory queue of trial specs and validation jobs, with
+lease expiry and re-queueing, and it records every call so tests and benchmarks can check
+what the agent did and when.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from workers.contract import Lease, TrialResult, TrialSpec
+from workers.contract import Lease, TrialResult, TrialSpec, ValidationReport, ValidationSpec
+
+Work = TrialSpec | ValidationSpec
+
+
+def work_id(spec: Work) -> int:
+    """A trial's id, or a validation job's."""
+    return spec.trial_id if isinstance(spec, TrialSpec) else spec.job_id
 
 
 @dataclass
 class Held:
     token: str
-    spec: TrialSpec
+    spec: Work
     expires: float
     worker_id: int
 
@@ -32,9 +40,10 @@ class Plane:
     lease_s: float = 5.0
     heartbeat_s: float = 0.5
     token: str = "worker-secret"
-    queue: list[TrialSpec] = field(default_factory=list)
+    queue: list[Work] = field(default_factory=list)
     leases: dict[str, Held] = field(default_factory=dict)
     results: dict[int, TrialResult] = field(default_factory=dict)  # trial id -> first result
+    validation_reports: dict[int, ValidationReport] = field(default_factory=dict)  # job id -> first report
     result_posts: list[tuple[float, int, str]] = field(default_factory=list)  # time, trial, token
     heartbeats: list[tuple[float, int, str | None]] = field(default_factory=list)
     leased: list[tuple[float, int, int]] = field(default_factory=list)  # time, trial, attempt
@@ -45,7 +54,7 @@ class Plane:
     known_workers: set[int] = field(default_factory=set)  # lease answers 404 to others
     cond: threading.Condition = field(default_factory=threading.Condition)
 
-    def add(self, *specs: TrialSpec) -> None:
+    def add(self, *specs: Work) -> None:
         with self.cond:
             self.queue.extend(specs)
             self.cond.notify_all()
@@ -55,7 +64,7 @@ class Plane:
         for token, held in list(self.leases.items()):
             if held.expires < now:
                 del self.leases[token]
-                self.expired.append(held.spec.trial_id)
+                self.expired.append(work_id(held.spec))
                 self.queue.insert(0, held.spec.model_copy(update={"attempt": held.spec.attempt + 1}))
                 self.cond.notify_all()
 
@@ -68,13 +77,14 @@ class Plane:
                     spec = self.queue.pop(0)
                     token = secrets.token_hex(8)
                     self.leases[token] = Held(token, spec, time.monotonic() + self.lease_s, worker_id)
-                    self.leased.append((time.monotonic(), spec.trial_id, spec.attempt))
+                    self.leased.append((time.monotonic(), work_id(spec), spec.attempt))
+                    work = {"validation": spec} if isinstance(spec, ValidationSpec) else {"trial": spec}
                     return Lease(
                         token=token,
                         expires_at=_utc(self.lease_s),
                         lease_s=self.lease_s,
                         heartbeat_s=self.heartbeat_s,
-                        trial=spec,
+                        **work,
                     )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -87,9 +97,9 @@ class Plane:
             held = self.leases.get(token)
             if held is None:
                 return 409, _error("lease_expired", "the lease expired or is unknown")
-            self.heartbeats.append((time.monotonic(), held.spec.trial_id, phase))
+            self.heartbeats.append((time.monotonic(), work_id(held.spec), phase))
             held.expires = time.monotonic() + self.lease_s
-            cancel = held.spec.trial_id in self.cancel_trials
+            cancel = work_id(held.spec) in self.cancel_trials
             if cancel:
                 del self.leases[token]
             return 200, {"expires_at": _utc(self.lease_s).isoformat(), "cancel": cancel}
@@ -110,6 +120,19 @@ class Plane:
             self.results.setdefault(trial_id, result)
             self.cond.notify_all()
             return 200, {"trial_id": trial_id, "state": result.status, "duplicate": duplicate}
+
+    def validation(self, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        report = ValidationReport.model_validate(body)
+        with self.cond:
+            held = self.leases.pop(token, None)
+            if held is None or not isinstance(held.spec, ValidationSpec):
+                return 409, _error("lease_expired", "the lease expired or is unknown")
+            job = held.spec
+            duplicate = job.job_id in self.validation_reports
+            self.validation_reports.setdefault(job.job_id, report)
+            self.cond.notify_all()
+            ack = {"validation_id": job.validation_id, "job_id": job.job_id, "state": report.status}
+            return 200, {**ack, "duplicate": duplicate}
 
     def wait_for_results(self, count: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -171,6 +194,8 @@ def _handler(plane: Plane) -> type[BaseHTTPRequestHandler]:
                 return self._send(*plane.heartbeat(parts[2], body.get("phase")))
             if len(parts) == 4 and parts[:2] == ["v1", "leases"] and parts[3] == "result":
                 return self._send(*plane.result(parts[2], body))
+            if len(parts) == 4 and parts[:2] == ["v1", "leases"] and parts[3] == "validation":
+                return self._send(*plane.validation(parts[2], body))
             return self._send(404, _error("not_found", self.path))
 
     return Handler

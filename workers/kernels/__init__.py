@@ -29,6 +29,9 @@ class BuiltinKernel:
     workload: list[dict[str, Any]]
     description: str
     options: dict[str, Any] = field(default_factory=dict)  # backend settings, e.g. the problem
+    # how each workload dim may vary in a validation's correctness shapes (free when absent;
+    # fixed, power_of_2, multiple_of:N): see workers.validation_shapes
+    shape_rules: dict[str, str] = field(default_factory=dict)
 
     def source_path(self) -> Path | None:
         return KERNELS_DIR / self.source_file if self.source_file else None
@@ -177,5 +180,6 @@ register(
             "`steps` sweeps. Tile sizes are compile-time macros; the flags are as for matmul."
         ),
         options={"problem": "stencil"},
+        shape_rules={"steps": "fixed"},
     )
 )

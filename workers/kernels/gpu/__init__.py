@@ -72,6 +72,7 @@ register(
             "Causal fused attention forward, bf16, online softmax (Triton). The workload "
             "mixes 2k-token batches with 8k-token single prompts."
         ),
+        shape_rules={"head_dim": "fixed", "causal": "fixed"},  # head_dim: a tl.arange extent
     )
 )
 
@@ -106,5 +107,6 @@ register(
             "vectorisation and the register cap are NVRTC options."
         ),
         options={"harness": "workers.kernels.gpu.rmsnorm"},
+        shape_rules={"cols": "multiple_of:8"},  # 16-byte vectors of bf16
     )
 )

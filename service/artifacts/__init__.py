@@ -1,0 +1,1 @@
+"""Approved configuration artifacts on the service side: the signing key (signing.py)."""

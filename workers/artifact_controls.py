@@ -1,0 +1,167 @@
+"""An artifact's kernel identity and controls from a kernel spec and a configuration: the same
+configuration split the way each tool takes it, the way the backends apply it.
+
+cpu:    UPPER_CASE keys are macros (-D), the rest compiler flags (workers.backends.cpu); the
+        `cc` flags are what the backend passes besides its -shared -fPIC -std=gnu11.
+triton: num_warps, num_stages, num_ctas, maxnreg, enable_fp_fusion, ptx_options are Triton
+        options, the rest constexpr meta-parameters; ptx_options and an ACF are `ptxas` flags.
+cuda:   NVRTC options (fast math, fmad, ftz, ...) and macros give `nvrtc` flags as the backend
+        compiles and the `nvcc` equivalent for a build; ptxas_options and an ACF go to ptxas.
+An ACF named by the configuration travels as bytes (the kernel's options.acf_files text);
+flags refer to it as `{acf}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from typing import Any
+
+from workers.artifact_doc import ACF_PLACEHOLDER, AcfFile, Controls, KernelIdentity
+from workers.backends.cuda_backend import PROGRAM_OPTIONS, macro_value
+from workers.backends.triton_backend import COMPILE_OPTIONS
+from workers.contract import KernelSpec
+from workers.measure.gpu_toolchain import NO_ACF, split_config
+
+_SWITCHES = {  # NVRTC and nvcc spell these the same
+    "use_fast_math": "--use_fast_math",
+    "extra_device_vectorization": "--extra-device-vectorization",
+    "restrict": "--restrict",
+}
+_BOOLEANS = {"fma": "--fmad", "ftz": "--ftz", "prec_div": "--prec-div", "prec_sqrt": "--prec-sqrt"}
+CUDA_STD = "c++17"
+
+
+class ControlsError(ValueError):
+    """The configuration cannot be carried by an artifact (e.g. an ACF that is a worker's path)."""
+
+
+def kernel_source(kernel: KernelSpec) -> tuple[str, str, str | None]:
+    """(name, source text, entry) of a built-in or study kernel."""
+    if kernel.builtin:
+        from workers.kernels import get_builtin
+
+        builtin = get_builtin(kernel.backend, kernel.builtin)
+        if builtin is None:
+            raise ControlsError(f"no built-in {kernel.backend} kernel {kernel.builtin!r}")
+        return builtin.name, kernel.source or builtin.read_source(), kernel.entry or builtin.entry
+    if not kernel.source:
+        raise ControlsError("a kernel without `builtin` needs `source`")
+    return kernel.entry or "kernel", kernel.source, kernel.entry
+
+
+def kernel_identity(kernel: KernelSpec, name: str | None = None) -> KernelIdentity:
+    """The kernel's name (the built-in's, else `name` or the entry symbol) and source hash."""
+    default_name, source, entry = kernel_source(kernel)
+    return KernelIdentity(
+        name=name or default_name,
+        backend=kernel.backend,
+        source_sha256=hashlib.sha256(source.encode()).hexdigest(),
+        entry=entry,
+        builtin=kernel.builtin,
+    )
+
+
+def _options(kernel: KernelSpec) -> dict[str, Any]:
+    if kernel.builtin:
+        from workers.kernels import get_builtin
+
+        builtin = get_builtin(kernel.backend, kernel.builtin)
+        if builtin is not None:
+            return {**builtin.options, **kernel.options}
+    return dict(kernel.options)
+
+
+def _builtin_defaults(kernel: KernelSpec) -> dict[str, Any]:
+    from workers.kernels import get_builtin
+
+    builtin = get_builtin(kernel.backend, kernel.builtin or "")
+    return dict(builtin.default_config) if builtin is not None else {}
+
+
+def _acf(config: dict[str, Any], options: dict[str, Any]) -> AcfFile | None:
+    choice = config.get("acf")
+    if choice in NO_ACF:
+        return None
+    files = options.get("acf_files") or {}
+    if choice not in files:
+        raise ControlsError(
+            f"the configuration applies the ACF {choice!r}, which is not in the kernel's options.acf_files; "
+            "an artifact carries only ACF files the study sent (a path on a worker cannot travel)"
+        )
+    return AcfFile.of(str(choice), str(files[choice]).encode())
+
+
+def controls_for(kernel: KernelSpec, config: dict[str, Any], *, arch: str | None = None) -> Controls:
+    """The controls of `config` for `kernel`'s backend. `arch` ("sm_90") names the CUDA
+    architecture when the kernel's options do not (the validated GPU's)."""
+    options = _options(kernel)
+    if kernel.builtin and kernel.backend in ("triton", "cuda"):
+        config = {**_builtin_defaults(kernel), **config}  # as the GPU backends resolve it
+    if kernel.backend == "cpu":
+        return _cpu(config, options)
+    if kernel.backend == "triton":
+        return _triton(config, options)
+    if kernel.backend == "cuda":
+        return _cuda(config, options, options.get("arch") or arch)
+    return Controls(config=dict(config))
+
+
+def _cpu(config: dict[str, Any], options: dict[str, Any]) -> Controls:
+    from workers.backends.base import TrialFailure
+    from workers.backends.cpu import flags_for
+
+    try:
+        flags = flags_for(config)
+    except TrialFailure as exc:
+        raise ControlsError(exc.message) from None
+    meta = {k: v for k, v in config.items() if k.isupper()}
+    return Controls(
+        config=dict(config),
+        meta_parameters=meta,
+        flags={"cc": [*flags, *map(str, options.get("cflags", []))]},
+    )
+
+
+def _triton(config: dict[str, Any], options: dict[str, Any]) -> Controls:
+    compile_options, meta = split_config(config, COMPILE_OPTIONS)
+    acf = _acf(config, options)
+    compile_options.pop("acf", None)
+    ptxas = shlex.split(str(compile_options.get("ptx_options") or ""))
+    if acf is not None:
+        ptxas += ["--apply-controls", ACF_PLACEHOLDER]
+    if not compile_options.get("maxnreg"):
+        compile_options.pop("maxnreg", None)
+    return Controls(
+        config=dict(config),
+        meta_parameters=meta,
+        triton_options=compile_options,
+        flags={"ptxas": ptxas} if ptxas else {},
+        acf=acf,
+    )
+
+
+def _cuda(config: dict[str, Any], options: dict[str, Any], arch: str | None) -> Controls:
+    program, macros = split_config(config, PROGRAM_OPTIONS)
+    acf = _acf(config, options)
+    ptxas = shlex.split(str(program.get("ptxas_options") or ""))
+    if acf is not None:
+        ptxas += ["--apply-controls", ACF_PLACEHOLDER]
+    common = [f"--std={CUDA_STD}"]
+    for key, flag in _SWITCHES.items():
+        if program.get(key):
+            common.append(flag)
+    for key, flag in _BOOLEANS.items():
+        if program.get(key) is not None:
+            common.append(f"{flag}={'true' if program[key] else 'false'}")
+    if program.get("max_register_count"):
+        common.append(f"--maxrregcount={int(program['max_register_count'])}")
+    defines = [f"-D{name}={macro_value(value)}" for name, value in macros.items()]
+    architecture = [f"--gpu-architecture={arch}"] if arch else []
+    flags = {
+        "nvrtc": [*architecture, *common, *defines, *(f"--ptxas-options={p}" for p in ptxas)],
+        "nvcc": [*architecture, *common, *defines, *([f"--ptxas-options={','.join(ptxas)}"] if ptxas else [])],
+    }
+    if ptxas:
+        flags["ptxas"] = ptxas
+    return Controls(config=dict(config), meta_parameters=macros, arch=arch, flags=flags, acf=acf)

@@ -1,0 +1,123 @@
+"""The target this process runs on: the device and the toolchain versions, as strings.
+
+The same function names the target a validation measured on (inside the worker's sandbox)
+and the target a runtime or a build asks for, so equal machines give equal strings. Every
+probe is optional: torch, pynvml, triton, cuda-python and nvidia-smi are used when present,
+and what cannot be found stays None (unknown, never guessed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import platform
+import re
+import shutil
+import subprocess
+from typing import Any
+
+from workers.contract import Target
+from workers.measure.gpu_toolchain import format_version, package_version
+
+GPU_BACKENDS = ("triton", "cuda")
+
+
+@functools.cache
+def detect_target(backend: str) -> Target:
+    """The target a `backend` kernel runs on here (cached: it does not change in a process)."""
+    if backend not in GPU_BACKENDS:
+        return _host_target()
+    target = Target(**_gpu_identity(), **_driver())
+    if backend == "triton":
+        version = package_version("triton")
+        target.triton = None if version == "absent" else version
+        target.ptxas = _triton_ptxas()
+    else:
+        from workers.backends.cuda_backend import nvrtc_version
+
+        version_tuple = nvrtc_version()
+        target.nvrtc = target.ptxas = format_version(version_tuple) if version_tuple else None
+    return target
+
+
+def _host_target() -> Target:
+    from workers.backends.cpu import CpuBackend
+    from workers.fingerprint import cpu_model
+
+    return Target(cpu=cpu_model(), machine=platform.machine(), cc=CpuBackend().compiler_version or None)
+
+
+def _triton_ptxas() -> str | None:
+    from workers.backends.triton_backend import triton_ptxas
+
+    _, version = triton_ptxas()
+    return format_version(version) if version else None
+
+
+def _gpu_identity() -> dict[str, Any]:
+    """Name and compute capability of the current CUDA device (torch's numbering)."""
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available():
+            index = torch.cuda.current_device()
+            major, minor = torch.cuda.get_device_capability(index)
+            return {"gpu": torch.cuda.get_device_name(index), "compute_capability": f"{major}.{minor}"}
+    with contextlib.suppress(Exception):
+        nvml = _nvml()
+        handle = nvml.nvmlDeviceGetHandleByIndex(0)
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return {"gpu": _text(nvml.nvmlDeviceGetName(handle)), "compute_capability": f"{major}.{minor}"}
+    rows = _nvidia_smi("--query-gpu=name,compute_cap", "--format=csv,noheader").strip().splitlines()
+    if rows and "," in rows[0]:
+        name, capability = (part.strip() for part in rows[0].split(",", 1))
+        return {"gpu": name, "compute_capability": capability}
+    return {}
+
+
+def _driver() -> dict[str, Any]:
+    """The driver version and the CUDA version it supports."""
+    with contextlib.suppress(Exception):
+        nvml = _nvml()
+        cuda = int(nvml.nvmlSystemGetCudaDriverVersion_v2())
+        return {"driver": _text(nvml.nvmlSystemGetDriverVersion()), "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}"}
+    from workers.fingerprint import gpus
+
+    info = gpus()
+    return {"driver": info.get("driver_version"), "cuda": info.get("cuda_version")}
+
+
+def _nvidia_smi(*arguments: str) -> str:
+    if not shutil.which("nvidia-smi"):
+        return ""
+    try:
+        done = subprocess.run(["nvidia-smi", *arguments], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def _nvml() -> Any:
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def parse_toolchain(text: str) -> dict[str, str]:
+    """A toolchain as a user writes it: "triton=3.4.0,ptxas=13.0,driver=570.133.20"."""
+    fields = dict.fromkeys(Target.TOOLCHAIN_FIELDS)
+    result: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in re.split(r"[,;]", text or ""))):
+        name, equals, value = part.partition("=")
+        name = name.strip()
+        if not equals or name not in fields or not value.strip():
+            raise ValueError(
+                f"toolchain item {part!r}: write name=version with name one of {', '.join(Target.TOOLCHAIN_FIELDS)}"
+            )
+        result[name] = value.strip()
+    return result
