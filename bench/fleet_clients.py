@@ -40,36 +40,38 @@ class Fleet:
         self.stop = asyncio.Event()
 
     async def run(self) -> dict[str, Any]:
-        limits = httpx.Limits(max_connections=self.workers + 10, max_keepalive_connections=self.workers + 10,
-                              keepalive_expiry=30.0)
-        headers = {"Authorization": f"Bearer {self.token}"}
-        async with httpx.AsyncClient(base_url=self.url, headers=headers, limits=limits,
-                                     timeout=httpx.Timeout(120.0)) as client:
-            started = time.monotonic()
-            agents = [asyncio.create_task(self.agent(client, i)) for i in range(self.workers)]
-            deadline = asyncio.create_task(asyncio.sleep(self.seconds))
-            stopper = asyncio.create_task(self.stop.wait())
-            await asyncio.wait([deadline, stopper], return_when=asyncio.FIRST_COMPLETED)
-            self.stop.set()
-            deadline.cancel()
-            await asyncio.gather(*agents, return_exceptions=True)
+        started = time.monotonic()
+        agents = [asyncio.create_task(self.agent(i)) for i in range(self.workers)]
+        deadline = asyncio.create_task(asyncio.sleep(self.seconds))
+        stopper = asyncio.create_task(self.stop.wait())
+        await asyncio.wait([deadline, stopper], return_when=asyncio.FIRST_COMPLETED)
+        self.stop.set()
+        deadline.cancel()
+        await asyncio.gather(*agents, return_exceptions=True)
         return {"started": started, "lease_ms": self.lease_ms, "result_ms": self.result_ms,
                 "done_at": self.done_at, "errors": self.errors[:50], "error_count": len(self.errors),
                 "empty_leases": self.empty_leases, "workers": self.workers}
 
-    async def agent(self, client: httpx.AsyncClient, index: int) -> None:
-        body = {"name": f"sim-{index}", "pool": "default", "fingerprint": {"hostname": "sim", "backends": ["python"]}}
-        try:
-            worker_id = (await self._post(client, "/v1/workers/register", body)).json()["worker_id"]
-        except Exception as exc:
-            self.errors.append(f"register: {exc!r}")
-            return
-        while not self.stop.is_set():
+    async def agent(self, index: int) -> None:
+        """One worker with a connection of its own, as a real agent has (one client shared
+        by hundreds of coroutines spends its time in its own connection pool)."""
+        limits = httpx.Limits(max_connections=1, keepalive_expiry=30.0)
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with httpx.AsyncClient(base_url=self.url, headers=headers, limits=limits,
+                                     timeout=httpx.Timeout(120.0)) as client:
+            body = {"name": f"sim-{index}", "pool": "default",
+                    "fingerprint": {"hostname": "sim", "backends": ["python"]}}
             try:
-                await self.cycle(client, worker_id)
-            except Exception as exc:  # counted, and the agent goes on as a real one would
-                self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
-                await asyncio.sleep(0.5)
+                worker_id = (await self._post(client, "/v1/workers/register", body)).json()["worker_id"]
+            except Exception as exc:
+                self.errors.append(f"register: {exc!r}")
+                return
+            while not self.stop.is_set():
+                try:
+                    await self.cycle(client, worker_id)
+                except Exception as exc:  # counted, and the agent goes on as a real one would
+                    self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                    await asyncio.sleep(0.5)
 
     async def cycle(self, client: httpx.AsyncClient, worker_id: int) -> None:
         t0 = time.monotonic()

@@ -74,7 +74,7 @@ async def _upkeep(state: AppState) -> None:
     while True:
         await asyncio.sleep(state.settings.reaper_interval_s)
         try:
-            studies_touched, pools = await run_in_threadpool(_expire, state)
+            studies_touched, pools = await state.db.run(_expire, state)
             state.scheduler.wake(*studies_touched)
             state.notifier.notify(*(f"pool:{pool}" for pool in pools))
         except Exception:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import defaultdict, deque
 from typing import Any
 
 log = logging.getLogger("paretune.notify")
@@ -28,8 +29,8 @@ class Notifier:
     def __init__(self, redis_url: str | None) -> None:
         self.redis_url = redis_url
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._events: dict[str, asyncio.Event] = {}
-        self._outbox: asyncio.Queue[str] | None = None
+        self._waiters: dict[str, deque[asyncio.Future[None]]] = defaultdict(deque)
+        self._outbox: asyncio.Queue[tuple[str, int | None]] | None = None
         self._redis: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._last_warning = 0.0
@@ -65,42 +66,65 @@ class Notifier:
             return False
 
     def notify(self, *channels: str) -> None:
-        """Wake waiters on these channels; callable from any thread, never blocks."""
+        """Wake every waiter on these channels; callable from any thread, never blocks."""
         if self._loop is not None and channels:
-            self._loop.call_soon_threadsafe(self._deliver, channels)
+            messages: list[tuple[str, int | None]] = [(channel, None) for channel in channels]
+            self._loop.call_soon_threadsafe(self._deliver, messages)
 
-    def _deliver(self, channels: tuple[str, ...]) -> None:
-        for channel in channels:
-            self._fire(channel)
+    def notify_some(self, channel: str, count: int) -> None:
+        """Wake up to `count` waiters of `channel` (first come, first woken): `count` trials
+        were queued, so more would only find nothing and wait again."""
+        if self._loop is not None and count > 0:
+            message: list[tuple[str, int | None]] = [(channel, count)]
+            self._loop.call_soon_threadsafe(self._deliver, message)
+
+    def _deliver(self, messages: list[tuple[str, int | None]]) -> None:
+        for channel, count in messages:
+            self._fire(channel, count)
             if self._outbox is not None:
                 if self._outbox.full():
                     self._outbox.get_nowait()
                     self.dropped += 1
-                self._outbox.put_nowait(channel)
+                self._outbox.put_nowait((channel, count))
 
     async def wait(self, channel: str, timeout: float) -> bool:
-        event = self._events.setdefault(channel, asyncio.Event())
+        """Until this channel is notified (True) or `timeout` passes (False)."""
+        assert self._loop is not None
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        queue = self._waiters[channel]
+        queue.append(waiter)
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
             return True
         except TimeoutError:
             return False
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    queue.remove(waiter)
+            if not queue:
+                self._waiters.pop(channel, None)
 
-    def _fire(self, channel: str) -> None:
-        event = self._events.pop(channel, None)
-        if event is not None:
-            event.set()
+    def _fire(self, channel: str, count: int | None = None) -> None:
+        queue = self._waiters.get(channel)
+        woken = 0
+        while queue and (count is None or woken < count):
+            waiter = queue.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                woken += 1
 
     async def _publish(self) -> None:
         assert self._outbox is not None
         while True:
-            channels = {await self._outbox.get()}
+            messages = [await self._outbox.get()]
             while not self._outbox.empty():
-                channels.add(self._outbox.get_nowait())
+                messages.append(self._outbox.get_nowait())
             try:
                 async with self._redis.pipeline(transaction=False) as pipe:
-                    for channel in channels:
-                        pipe.publish(PREFIX + channel, "1")
+                    for channel, count in messages:
+                        pipe.publish(PREFIX + channel, "" if count is None else str(count))
                     await asyncio.wait_for(pipe.execute(), REDIS_TIMEOUT_S)
             except asyncio.CancelledError:
                 raise
@@ -115,7 +139,8 @@ class Notifier:
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
                     if message and message.get("type") == "pmessage":
-                        self._fire(message["channel"].decode()[len(PREFIX):])
+                        data = message["data"].decode() if isinstance(message["data"], bytes) else ""
+                        self._fire(message["channel"].decode()[len(PREFIX):], int(data) if data.isdigit() else None)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -47,14 +47,15 @@ def get_state(request: Request) -> AppState:
 StateDep = Annotated[AppState, Depends(get_state)]
 
 
-def read_session(state: StateDep) -> Iterator[Session]:
-    with state.db.read() as session:
+async def read_session(state: StateDep) -> AsyncIterator[Session]:
+    async with state.db.request_session(write=False) as session:
         yield session
 
 
-def write_session(state: StateDep) -> Iterator[Session]:
-    """A transaction that commits when the endpoint returns (or rolls back if it raises)."""
-    with state.db.write() as session:
+async def write_session(state: StateDep) -> AsyncIterator[Session]:
+    """A transaction that commits when the endpoint returns, before the response is sent
+    (or rolls back if it raises)."""
+    async with state.db.request_session(write=True) as session:
         yield session
 
 
@@ -62,14 +63,18 @@ ReadSession = Annotated[Session, Depends(read_session, scope="function")]
 WriteSession = Annotated[Session, Depends(write_session, scope="function")]
 
 
-def get_principal(request: Request, state: StateDep) -> Principal:
+def _lookup(state: AppState, header: str | None) -> Principal:
+    with state.db.read() as session:
+        return authenticate(session, header)
+
+
+async def get_principal(request: Request, state: StateDep) -> Principal:
     header = request.headers.get("authorization")
     key = hash_token(header) if header else ""
     cached = state.principals.get(key)
     if cached is not None and cached[0] > time.monotonic():
         return cached[1]
-    with state.db.read() as session:
-        principal = authenticate(session, header)
+    principal = await state.db.run(_lookup, state, header)
     if len(state.principals) > 10_000:
         state.principals.clear()
     state.principals[key] = (time.monotonic() + PRINCIPAL_TTL_S, principal)

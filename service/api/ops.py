@@ -6,7 +6,6 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
-from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import AppState, StateDep
 
@@ -24,7 +23,7 @@ def _database_ok(state: AppState) -> bool:
 
 @router.get("/healthz")
 async def healthz(state: StateDep) -> JSONResponse:
-    db_ok = await run_in_threadpool(_database_ok, state)
+    db_ok = await state.db.run(_database_ok, state)
     redis_ok = await state.notifier.ping()
     healthy = db_ok and redis_ok is not False
     body = {"status": "ok" if healthy else "degraded", "database": db_ok,
@@ -34,5 +33,5 @@ async def healthz(state: StateDep) -> JSONResponse:
 
 @router.get("/metrics")
 async def metrics(state: StateDep) -> Response:
-    payload = await run_in_threadpool(state.metrics.render)
+    payload = await state.db.run(state.metrics.render)
     return Response(payload, media_type=CONTENT_TYPE_LATEST)

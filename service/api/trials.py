@@ -10,7 +10,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import AppState, PrincipalDep, ReadSession, StateDep, StudyId, TrialNumber
 from service.api.schemas import FrontOut, HistoryPoint, StudyOut, TrialDetail, TrialOut, TrialPage, trial_out
@@ -119,7 +118,7 @@ async def _event_stream(state: AppState, request: Request, study_id: int, cursor
     last_sent = time.monotonic()
     yield "retry: 2000\n\n"
     while True:
-        trials, seqs, study = await run_in_threadpool(_changes, state, study_id, cursor)
+        trials, seqs, study = await state.db.run(_changes, state, study_id, cursor)
         for trial, seq in zip(trials, seqs, strict=True):
             yield f"event: trial\nid: {seq}\ndata: {trial.model_dump_json()}\n\n"
             cursor, last_sent = seq, time.monotonic()

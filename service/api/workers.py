@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 
 from service.accounts.tokens import Principal
 from service.api.deps import AppState, PrincipalDep, ReadSession, StateDep, WriteSession
@@ -57,7 +56,7 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
     deadline = time.monotonic() + body.wait_s
     while True:
         started = time.perf_counter()
-        reply, pool = await run_in_threadpool(lease_once, state, principal, body.worker_id)
+        reply, pool = await state.db.run(lease_once, state, principal, body.worker_id)
         state.metrics.lease_seconds.observe(time.perf_counter() - started)
         if reply is not None:
             return reply

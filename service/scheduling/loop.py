@@ -14,8 +14,6 @@ import contextlib
 import logging
 import time
 
-from starlette.concurrency import run_in_threadpool
-
 from service.config import Settings
 from service.notify import Notifier
 from service.scheduling.mirror import MirrorCache
@@ -75,7 +73,7 @@ class Scheduler:
             if time.monotonic() >= next_scan:
                 next_scan = time.monotonic() + self.interval_s
                 try:
-                    self._pending.update(await run_in_threadpool(self._scan))
+                    self._pending.update(await self.db.run(self._scan))
                 except Exception:
                     log.exception("looking for studies with work failed; retrying")
             ready = self._pending - self._running
@@ -93,7 +91,7 @@ class Scheduler:
     async def _step(self, study_id: int) -> None:
         try:
             async with self._slots:
-                report = await run_in_threadpool(self.step_now, study_id)
+                report = await self.db.run(self.step_now, study_id)
         finally:
             self._running.discard(study_id)
         if report is None:  # busy elsewhere: try again shortly
@@ -101,7 +99,7 @@ class Scheduler:
             self._loop.call_later(RETRY_BUSY_S, self._add, (study_id,))
             return
         if report.queued:
-            self.notifier.notify(f"pool:{report.pool}")
+            self.notifier.notify_some(f"pool:{report.pool}", report.queued)
         if report.changed:
             self.notifier.notify(f"study:{study_id}", "studies")
         if report.more:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, select, text, update
+from sqlalchemy import Connection, Engine, create_engine, event, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from service.store.models import Counter, Study
+
+T = TypeVar("T")
 
 
 class Database:
@@ -31,6 +36,55 @@ class Database:
         event.listen(self.sessions, "after_rollback", _forget_after_commit)
         # a plain Lock: a request's session may be opened and closed on different threads
         self._write_lock = threading.Lock()
+        # Threads that may wait for a connection (or for SQLite's write lock) are never the
+        # threads that run endpoints: a request first gets its connection on a `jobs`
+        # thread, then runs its endpoint on the framework's threads, then commits on a
+        # `finish` thread. Otherwise requests holding connections can wait for endpoint
+        # threads that all wait for connections: a deadlock under load.
+        self._jobs = ThreadPoolExecutor(32, thread_name_prefix="db-job")
+        self._finishers = ThreadPoolExecutor(16, thread_name_prefix="db-finish")
+        self._lock_waiters = ThreadPoolExecutor(64, thread_name_prefix="db-lock") if self.is_sqlite else None
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """Self-contained database work (it opens and ends its own session) off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._jobs, work, *args)
+
+    @asynccontextmanager
+    async def request_session(self, *, write: bool) -> AsyncIterator[Session]:
+        """A request's session, bound to a connection it already holds; committed (when
+        `write`) or rolled back when the request is done. On SQLite a write session holds
+        the process's write lock."""
+        loop = asyncio.get_running_loop()
+        locked = write and self.is_sqlite
+        if locked:
+            assert self._lock_waiters is not None
+            await loop.run_in_executor(self._lock_waiters, self._write_lock.acquire)
+        try:
+            connection = await loop.run_in_executor(self._jobs, self.engine.connect)
+        except BaseException:
+            if locked:
+                self._write_lock.release()
+            raise
+        session = self.sessions(bind=connection)
+        try:
+            yield session
+        except BaseException:
+            await loop.run_in_executor(self._finishers, self._finish, session, connection, False, locked)
+            raise
+        await loop.run_in_executor(self._finishers, self._finish, session, connection, write, locked)
+
+    def _finish(self, session: Session, connection: Connection, commit: bool, locked: bool) -> None:
+        try:
+            if commit:
+                session.commit()
+                connection.commit()
+            else:
+                session.rollback()
+        finally:
+            session.close()
+            connection.close()
+            if locked:
+                self._write_lock.release()
 
     @contextmanager
     def write(self) -> Iterator[Session]:
@@ -49,6 +103,10 @@ class Database:
             yield session
 
     def dispose(self) -> None:
+        self._jobs.shutdown(wait=True)
+        self._finishers.shutdown(wait=True)
+        if self._lock_waiters is not None:
+            self._lock_waiters.shutdown(wait=False, cancel_futures=True)
         self.engine.dispose()
 
 
