@@ -53,6 +53,9 @@ def t_cdf(t: float, df: float) -> float:
         raise ValueError(f"degrees of freedom must be positive, got {df}")
     if math.isinf(t):
         return 1.0 if t > 0 else 0.0
+    if t * t < df:  # near the centre: the mass between -|t| and |t|, without cancellation
+        centre = 0.5 * regularized_beta(t * t / (df + t * t), 0.5, df / 2.0)
+        return 0.5 + centre if t > 0 else 0.5 - centre
     tail = 0.5 * regularized_beta(df / (df + t * t), df / 2.0, 0.5)
     return 1.0 - tail if t > 0 else tail
 
