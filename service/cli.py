@@ -95,6 +95,8 @@ def token_create(
     worker: Annotated[bool, typer.Option(help="a worker token for --pool")] = False,
     pool: str = "default",
     superuser: Annotated[bool, typer.Option(help="operator token: manages teams and worker tokens")] = False,
+    expires_in: Annotated[int | None, typer.Option(help="seconds until the token expires (default: never)",
+                                                   min=1, max=10 * 365 * 86_400)] = None,
 ) -> None:
     """Create a token directly in the database and print its secret (shown once)."""
     from service.accounts import tokens as auth
@@ -106,11 +108,12 @@ def token_create(
     upgrade(db.engine)
     with db.write() as session:
         if worker:
-            _, secret = auth.create_token(session, name=name, kind="worker", role="worker", team_id=None, pool=pool)
+            _, secret = auth.create_token(session, name=name, kind="worker", role="worker", team_id=None, pool=pool,
+                                          expires_in=expires_in)
         else:
             team_row = auth.get_or_create_team(session, team)
             _, secret = auth.create_token(session, name=name, kind="user", role=role, team_id=team_row.id,
-                                          superuser=superuser)
+                                          superuser=superuser, expires_in=expires_in)
     print(secret)
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.accounts.tokens import MAX_GRACE_S, MAX_LIFETIME_S
 from service.store.models import Study, Trial, Worker
+
+# text stored in the database: no NUL characters, which no Postgres text column can hold
+Name = Annotated[str, Field(pattern=r"^[^\x00]*$")]
 
 
 class ObjectiveOut(BaseModel):
@@ -132,18 +136,36 @@ class TokenOut(BaseModel):
     role: str
     team: str | None
     pool: str | None
+    superuser: bool
     prefix: str
-    token: str | None = Field(default=None, description="the secret, shown only at creation")
+    created_at: datetime
+    expires_at: datetime | None = Field(description="when the token stops working; null: never")
+    revoked_at: datetime | None = Field(
+        description="set while a rotated token's grace period runs: when it stops working")
+    replaced_by: int | None = Field(description="the token this one was rotated into")
+    token: str | None = Field(default=None, description="the secret, shown only at creation and rotation")
 
 
 class TokenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
-    kind: str = Field(default="user", pattern="^(user|worker)$")
-    role: str = "member"
-    team: str | None = Field(default=None, max_length=100)
-    pool: str = Field(default="default", min_length=1, max_length=100)
+    name: Name = Field(min_length=1, max_length=200)
+    kind: Literal["user", "worker"] = "user"
+    role: Literal["viewer", "member", "approver", "admin"] = "member"
+    team: Name | None = Field(default=None, max_length=100, description="default: the caller's team")
+    pool: Name = Field(default="default", min_length=1, max_length=100, description="worker tokens: their pool")
+    superuser: bool = Field(default=False, description="an operator token (only the operator creates these)")
+    expires_in: int | None = Field(default=None, ge=1, le=MAX_LIFETIME_S,
+                                   description="seconds until the token expires; null: never")
+
+
+class RotateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    grace_s: int = Field(default=0, ge=0, le=MAX_GRACE_S,
+                         description="seconds the old secret keeps working (0: it stops at once)")
+    expires_in: int | None = Field(default=None, ge=1, le=MAX_LIFETIME_S,
+                                   description="the new token's lifetime; default: the old token's lifetime")
 
 
 class TeamIn(BaseModel):
@@ -183,6 +205,7 @@ class MeOut(BaseModel):
     role: str
     team: str | None
     superuser: bool
+    expires_at: datetime | None = Field(description="when this token stops working; null: never")
 
 
 def trial_out(trial: Trial) -> TrialOut:
