@@ -36,7 +36,7 @@ DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {message}", soft_wrap=True, markup=True, highlight=False)
     raise typer.Exit(code)
 
 
@@ -237,14 +237,26 @@ def worker(
 
 
 def load_document(path: Path) -> dict[str, Any]:
+    """The study document in a YAML or JSON file (- for stdin), within the service's limits
+    on size, nesting and aliases, or a one-line error."""
+    from service import safe_yaml
+    from service.domain.limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_YAML_ALIASES
+
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text()
-    except OSError as exc:
+        if str(path) == "-":
+            text = sys.stdin.read(MAX_BODY_BYTES + 1)
+        else:
+            if path.stat().st_size > MAX_BODY_BYTES:
+                _fail(f"{path} is over {MAX_BODY_BYTES:,} bytes, the service's limit on a request body")
+            text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
         _fail(f"cannot read {path}: {exc}")
     try:
-        doc = yaml.safe_load(text)
+        doc = safe_yaml.load(text, max_bytes=MAX_BODY_BYTES, max_depth=MAX_DEPTH, max_aliases=MAX_YAML_ALIASES)
+    except safe_yaml.DocumentRefused as exc:
+        _fail(f"{path} is refused: {exc}")
     except yaml.YAMLError as exc:
-        _fail(f"{path} is not valid YAML/JSON: {exc}")
+        _fail(f"{path} is not valid YAML/JSON: {safe_yaml.describe(exc)}")
     if not isinstance(doc, dict):
         _fail(f"{path} must hold a mapping (the study document)")
     return doc
@@ -257,8 +269,9 @@ def study_create(
     watch: Annotated[bool, typer.Option(help="follow the study until it finishes")] = False,
 ) -> None:
     """Create a study from a document."""
+    document = load_document(file)
     api = Api(server, token)
-    study = api.call("POST", "/v1/studies", json=load_document(file))
+    study = api.call("POST", "/v1/studies", json=document)
     console.print(f"study {study['id']} created ({study['name']}): {study['progress']['max_trials']} trials, "
                   f"sampler {study['sampler']}, pool {study['pool']}")
     if watch:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from service.domain.limits import MAX_DEPTH
 from service.domain.space import (
     MAX_GRID_POINTS,
     MAX_PARAMETERS,
@@ -39,7 +40,6 @@ ENERGY_OBJECTIVES = {"energy_mj", "power_w"}
 BACKENDS = ("cpu", "python", "triton", "cuda")
 SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "grid")
 MAX_PARALLELISM = 1_000
-MAX_DEPTH = 24  # nesting of the whole document
 MAX_OPTION_KEYS = 64
 MAX_WALL_TIME_S = 90 * 86_400.0
 
