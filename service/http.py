@@ -126,8 +126,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error.body(), status_code=error.status)
 
     @app.exception_handler(DataError)
-    async def data_error(_: Request, exc: DataError) -> JSONResponse:
+    async def data_error(request: Request, exc: DataError) -> JSONResponse:
         # a value the database cannot store (out of range, a NUL character): the input's fault
-        log.warning("refused a value the database cannot store: %s", exc.orig)
+        log.warning("refused a value the database cannot store on %s %s: %s", request.method, request.url.path,
+                    exc.orig)
         return _error(422, "a value in the request cannot be stored (out of range, or a NUL character); "
                            "check numbers and text in the request")

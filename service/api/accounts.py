@@ -10,12 +10,12 @@ from sqlalchemy.orm import Session
 
 from service.accounts import policy, tokens
 from service.api.deps import PrincipalDep, ReadSession, StateDep, TokenId, WriteSession
-from service.api.schemas import MeOut, RotateIn, TeamIn, TeamOut, TokenIn, TokenOut
+from service.api.schemas import ERROR_RESPONSES, MeOut, RotateIn, TeamIn, TeamOut, TokenIn, TokenOut
 from service.errors import Conflict, Forbidden, NotFound
 from service.store.db import after_commit
 from service.store.models import ApiToken, Team, utcnow
 
-router = APIRouter(prefix="/v1", tags=["accounts"])
+router = APIRouter(prefix="/v1", tags=["accounts"], responses=ERROR_RESPONSES)
 
 
 def _team_name(session: Session, team_id: int | None) -> str | None:

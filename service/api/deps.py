@@ -107,8 +107,9 @@ def get_principal(request: Request, state: StateDep, _: Annotated[object, Securi
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
-# ids in paths are database integers: larger ones name nothing (404), never a 500
-MAX_ID = 2**63 - 1
+# ids of studies, tokens and workers are 32-bit database integers: a larger one is refused
+# as invalid (422 naming it) before it reaches the database, which would refuse to compare it
+MAX_ID = 2**31 - 1
 StudyId = Annotated[int, Path(ge=1, le=MAX_ID, description="the study's id")]
 TokenId = Annotated[int, Path(ge=1, le=MAX_ID, description="the token's id")]
 TrialNumber = Annotated[int, Path(ge=0, le=2**31 - 1, description="the trial's number in its study")]
