@@ -98,8 +98,9 @@ def get_principal(request: Request, state: StateDep, _: Annotated[object, Securi
     except AuthenticationFailed as exc:
         state.auth_failures.record(client, time.monotonic())
         shown = header[7:].strip()[:PREFIX_CHARS] if header.lower().startswith("bearer ") else "(not a bearer token)"
+        route = getattr(request.scope.get("route"), "path", request.url.path)  # lease tokens stay out of logs
         log.warning("authentication failed from %s: %s (token %r...) on %s %s", client, exc.reason, shown,
-                    request.method, request.url.path)
+                    request.method, route)
         raise
     state.principals.put(key, principal)
     return principal
