@@ -130,3 +130,27 @@ def test_syntax_errors_are_one_line(tmp_path: Path) -> None:
     bad.write_text("a: [1, 2\nb: }\n")
     out, _ = cli(bad)
     assert out.returncode == 1 and out.stderr.count("\n") == 0 and "line 2" in out.stderr, out.stderr
+
+
+def test_docs_list_the_limits_the_code_enforces() -> None:
+    from service.config import Settings
+    from service.domain import space
+    from service.http import MAX_JSON_DEPTH
+    from service.scheduling.samplers import MAX_REFERENCE_POINTS, OPTION_RANGES
+
+    docs = (REPO / "docs" / "api.md").read_text()
+    phrases = [
+        f"| the request body | {MAX_BODY_BYTES:,} bytes |",
+        f"| nesting of the document | {MAX_DEPTH} levels (any JSON body: {MAX_JSON_DEPTH}) |",
+        f"in the CLI | {MAX_YAML_ALIASES},",
+        f"| `space` | 1 to {space.MAX_PARAMETERS} parameters",
+        f"1 to {space.MAX_CHOICES:,} distinct choices, strings up to {space.MAX_STRING:,} characters",
+        f"at most {space.MAX_GRID_POINTS:,} points",
+        f"| `parallelism` | 1 to {study_doc.MAX_PARALLELISM:,} |",
+        f"| `kernel.options` | {study_doc.MAX_OPTION_KEYS} keys |",
+        f"at most {MAX_REFERENCE_POINTS:,} NSGA-III reference points",
+        f"After {Settings(database_url='sqlite://').auth_failure_limit} of them within a",
+        *(f"`{key}` {int(low):,} to {int(high):,}" for key, (low, high) in OPTION_RANGES.items()),
+    ]
+    missing = [p for p in phrases if p not in docs]
+    assert not missing, missing
