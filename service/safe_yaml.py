@@ -27,7 +27,7 @@ class _LimitedLoader(yaml.SafeLoader):
         self.aliases = 0
         self.depth = -1  # the root node is at depth 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if self.check_event(AliasEvent):
             self.aliases += 1
             if self.aliases > self.max_aliases:
@@ -36,7 +36,7 @@ class _LimitedLoader(yaml.SafeLoader):
         try:
             if self.depth > self.max_depth:
                 raise DocumentRefused(f"nested deeper than {self.max_depth} levels, the service's limit")
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 

@@ -129,9 +129,11 @@ def _option_problem(key: str, value: Any, annotation: str, n_objectives: int) ->
     low, high = OPTION_RANGES.get(key, (-math.inf, math.inf))
     if isinstance(value, int | float) and not isinstance(value, bool) and not low <= value <= high:
         return f"{key} must be between {low:g} and {high:g}, not {value}"
-    if key == "dividing_parameter" and math.comb(n_objectives + value - 1, value) > MAX_REFERENCE_POINTS:
-        return (f"dividing_parameter {value} makes {math.comb(n_objectives + value - 1, value):.3g} reference "
-                f"points for {n_objectives} objectives, over {MAX_REFERENCE_POINTS:,}; use a smaller one")
+    if key == "dividing_parameter" and isinstance(value, int):
+        points = math.comb(n_objectives + value - 1, value)
+        if points > MAX_REFERENCE_POINTS:
+            return (f"dividing_parameter {value} makes {points:.3g} reference points for {n_objectives} "
+                    f"objectives, over {MAX_REFERENCE_POINTS:,}; use a smaller one")
     return None
 
 
