@@ -121,11 +121,15 @@ def settable_options(name: str) -> dict[str, inspect.Parameter]:
             if k not in RESERVED_OPTIONS and _SCALAR_ANNOTATION.match(str(p.annotation).strip("'\""))}
 
 
-def _option_problem(key: str, value: Any, annotation: str, n_objectives: int) -> str | None:
+def _type_problem(key: str, value: Any, annotation: str) -> str | None:
     names = [part.strip() for part in annotation.split("|")]
     accepted = tuple(t for part in names for t in _TYPES.get(part, ()))
     if not isinstance(value, accepted) or isinstance(value, bool) and "bool" not in names:
         return f"{key} must be {' or '.join(names)}, not {value!r}"
+    return None
+
+
+def _range_problem(key: str, value: Any, n_objectives: int) -> str | None:
     low, high = OPTION_RANGES.get(key, (-math.inf, math.inf))
     if isinstance(value, int | float) and not isinstance(value, bool) and not low <= value <= high:
         return f"{key} must be between {low:g} and {high:g}, not {value}"
@@ -142,15 +146,15 @@ def build(name: str, seed: int | None, options: dict[str, Any]) -> optuna.sample
 
 
 def check(name: str, seed: int | None, options: dict[str, Any], n_objectives: int = 1) -> None:
-    """Refuse options the sampler does not take, values of the wrong type or out of range,
-    and any it refuses when built (field: sampler.options.<key>, or sampler.options with
-    Optuna's own message)."""
+    """Refuse options the sampler does not take or of the wrong type, any it refuses when
+    built (field: sampler.options.<key>, or sampler.options, with Optuna's own message), and
+    values out of the ranges Optuna checks only when it samples."""
     allowed = settable_options(name)
     for key, value in options.items():
         if key not in allowed:
             takes = ", ".join(sorted(allowed)) or "none"
             raise DocumentError(f"sampler.options.{key}", f"sampler {name!r} has no option {key!r}; it takes: {takes}")
-        problem = _option_problem(key, value, str(allowed[key].annotation).strip("'\""), n_objectives)
+        problem = _type_problem(key, value, str(allowed[key].annotation).strip("'\""))
         if problem:
             raise DocumentError(f"sampler.options.{key}", f"sampler {name!r}: {problem}")
     if name == "gp":
@@ -165,3 +169,7 @@ def check(name: str, seed: int | None, options: dict[str, Any], n_objectives: in
     except Exception as exc:  # Optuna's own check of the values: say what it said
         field = f"sampler.options.{next(iter(options))}" if len(options) == 1 else "sampler.options"
         raise DocumentError(field, f"sampler {name!r} refused these options: {exc}") from exc
+    for key, value in options.items():
+        problem = _range_problem(key, value, n_objectives)
+        if problem:
+            raise DocumentError(f"sampler.options.{key}", f"sampler {name!r}: {problem}")

@@ -166,7 +166,8 @@ def test_nan_and_infinity_in_results_fail_the_trial_not_the_report(leased: tuple
 
 
 SAMPLER_OPTIONS = [
-    ("nsga2", {"population_size": 1}, "population_size", "between 2 and 10000"),
+    ("nsga2", {"population_size": 1}, "population_size", "greater than or equal to 2"),  # Optuna's own message
+    ("nsga2", {"population_size": 10**9}, "population_size", "between 2 and 10000"),
     ("nsga2", {"crossover_prob": 2.0}, "crossover_prob", "range [0.0, 1.0]"),  # Optuna's own message
     ("nsga2", {"population_size": "ten"}, "population_size", "must be int"),
     ("tpe", {"n_ei_candidates": 0}, "n_ei_candidates", "between 1 and 10000"),
