@@ -36,7 +36,7 @@ DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {message}", soft_wrap=True, markup=True, highlight=False)
     raise typer.Exit(code)
 
 
@@ -95,6 +95,8 @@ def token_create(
     worker: Annotated[bool, typer.Option(help="a worker token for --pool")] = False,
     pool: str = "default",
     superuser: Annotated[bool, typer.Option(help="operator token: manages teams and worker tokens")] = False,
+    expires_in: Annotated[int | None, typer.Option(help="seconds until the token expires (default: never)",
+                                                   min=1, max=10 * 365 * 86_400)] = None,
 ) -> None:
     """Create a token directly in the database and print its secret (shown once)."""
     from service.accounts import tokens as auth
@@ -106,11 +108,12 @@ def token_create(
     upgrade(db.engine)
     with db.write() as session:
         if worker:
-            _, secret = auth.create_token(session, name=name, kind="worker", role="worker", team_id=None, pool=pool)
+            _, secret = auth.create_token(session, name=name, kind="worker", role="worker", team_id=None, pool=pool,
+                                          expires_in=expires_in)
         else:
             team_row = auth.get_or_create_team(session, team)
             _, secret = auth.create_token(session, name=name, kind="user", role=role, team_id=team_row.id,
-                                          superuser=superuser)
+                                          superuser=superuser, expires_in=expires_in)
     print(secret)
 
 
@@ -234,14 +237,26 @@ def worker(
 
 
 def load_document(path: Path) -> dict[str, Any]:
+    """The study document in a YAML or JSON file (- for stdin), within the service's limits
+    on size, nesting and aliases, or a one-line error."""
+    from service import safe_yaml
+    from service.domain.limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_YAML_ALIASES
+
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text()
-    except OSError as exc:
+        if str(path) == "-":
+            text = sys.stdin.read(MAX_BODY_BYTES + 1)
+        else:
+            if path.stat().st_size > MAX_BODY_BYTES:
+                _fail(f"{path} is over {MAX_BODY_BYTES:,} bytes, the service's limit on a request body")
+            text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
         _fail(f"cannot read {path}: {exc}")
     try:
-        doc = yaml.safe_load(text)
+        doc = safe_yaml.load(text, max_bytes=MAX_BODY_BYTES, max_depth=MAX_DEPTH, max_aliases=MAX_YAML_ALIASES)
+    except safe_yaml.DocumentRefused as exc:
+        _fail(f"{path} is refused: {exc}")
     except yaml.YAMLError as exc:
-        _fail(f"{path} is not valid YAML/JSON: {exc}")
+        _fail(f"{path} is not valid YAML/JSON: {safe_yaml.describe(exc)}")
     if not isinstance(doc, dict):
         _fail(f"{path} must hold a mapping (the study document)")
     return doc
@@ -254,8 +269,9 @@ def study_create(
     watch: Annotated[bool, typer.Option(help="follow the study until it finishes")] = False,
 ) -> None:
     """Create a study from a document."""
+    document = load_document(file)
     api = Api(server, token)
-    study = api.call("POST", "/v1/studies", json=load_document(file))
+    study = api.call("POST", "/v1/studies", json=document)
     console.print(f"study {study['id']} created ({study['name']}): {study['progress']['max_trials']} trials, "
                   f"sampler {study['sampler']}, pool {study['pool']}")
     if watch:

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.domain.limits import MAX_BODY_BYTES
+
 
 def default_data_dir() -> Path:
     return Path(os.environ.get("PARETUNE_DATA_DIR", Path.cwd() / ".paretune"))
@@ -19,10 +21,12 @@ class Settings:
     lease_s: float = 60.0  # a lease lives this long without a heartbeat
     heartbeat_s: float = 10.0  # workers heartbeat this often
     reaper_interval_s: float = 2.0  # how often expired leases and wall-time limits are checked
-    max_body_bytes: int = 1_000_000  # study documents and results larger than this are refused
+    max_body_bytes: int = MAX_BODY_BYTES  # study documents and results larger than this are refused
     poll_interval_s: float = 0.5  # long-poll and event re-check period without Redis
     schedule_interval_s: float = 1.0  # how often each replica looks for studies whose step has work
     keep_alive_s: float = 75.0  # idle HTTP connections are kept this long (longer than clients keep them)
+    auth_failure_limit: int = 20  # failed authentications per client per window before 429s
+    auth_failure_window_s: float = 60.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -37,6 +41,7 @@ class Settings:
             reaper_interval_s=float(os.environ.get("PARETUNE_REAPER_INTERVAL_S", 2)),
             poll_interval_s=float(os.environ.get("PARETUNE_POLL_INTERVAL_S", 0.5)),
             schedule_interval_s=float(os.environ.get("PARETUNE_SCHEDULE_INTERVAL_S", 1.0)),
+            auth_failure_limit=int(os.environ.get("PARETUNE_AUTH_FAILURE_LIMIT", 20)),
         )
 
     @property

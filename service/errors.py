@@ -9,10 +9,12 @@ class ApiError(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, message: str, field: str | None = None, **extra: Any) -> None:
+    def __init__(self, message: str, field: str | None = None, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        self.headers = headers or {}
         self.extra = extra
 
     def body(self) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def _error(status: int, message: str, field: str | None = None, **extra: Any) ->
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -126,8 +126,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error.body(), status_code=error.status)
 
     @app.exception_handler(DataError)
-    async def data_error(_: Request, exc: DataError) -> JSONResponse:
+    async def data_error(request: Request, exc: DataError) -> JSONResponse:
         # a value the database cannot store (out of range, a NUL character): the input's fault
-        log.warning("refused a value the database cannot store: %s", exc.orig)
+        log.warning("refused a value the database cannot store on %s %s: %s", request.method, request.url.path,
+                    exc.orig)
         return _error(422, "a value in the request cannot be stored (out of range, or a NUL character); "
                            "check numbers and text in the request")

@@ -3,24 +3,31 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Request, Security
+from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session
 
-from service.accounts.tokens import Principal, authenticate, hash_token
+from service.accounts.limits import FailureLimiter
+from service.accounts.principals import PrincipalCache
+from service.accounts.tokens import PREFIX_CHARS, AuthenticationFailed, Principal, authenticate, hash_token
 from service.config import Settings
+from service.errors import TooManyRequests
 from service.metrics import Metrics
 from service.notify import Notifier
 from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
+from service.store.models import utcnow
 from service.trials.leases import StudySpecs
 from service.trials.workers import WorkerDirectory
 
+log = logging.getLogger("paretune.auth")
 PRINCIPAL_TTL_S = 5.0  # a revoked token stops working within this long on other replicas
 
 
@@ -34,10 +41,11 @@ class AppState:
     scheduler: Scheduler
     specs: StudySpecs = field(default_factory=StudySpecs)
     workers: WorkerDirectory = field(default_factory=WorkerDirectory)
-    principals: dict[str, tuple[float, Principal]] = field(default_factory=dict)
+    principals: PrincipalCache = field(default_factory=lambda: PrincipalCache(PRINCIPAL_TTL_S))
+    auth_failures: FailureLimiter = field(init=False)
 
-    def forget_principals(self) -> None:
-        self.principals.clear()
+    def __post_init__(self) -> None:
+        self.auth_failures = FailureLimiter(self.settings.auth_failure_limit, self.settings.auth_failure_window_s)
 
 
 def get_state(request: Request) -> AppState:
@@ -63,28 +71,52 @@ ReadSession = Annotated[Session, Depends(read_session, scope="function")]
 WriteSession = Annotated[Session, Depends(write_session, scope="function")]
 
 
-def _lookup(state: AppState, header: str | None) -> Principal:
+# declared for the OpenAPI document (and /docs); get_principal reads the header itself
+bearer = HTTPBearer(auto_error=False, description="a paretune token: `Authorization: Bearer <token>`")
+
+
+def _lookup(state: AppState, header: str) -> Principal:
     with state.db.read() as session:
         return authenticate(session, header)
 
 
-async def get_principal(request: Request, state: StateDep) -> Principal:
+async def get_principal(request: Request, state: StateDep,
+                        _: Annotated[object, Security(bearer)] = None) -> Principal:
+    """The caller's token, or a 401. A client that failed to authenticate too often lately
+    gets a 429 before its token is even looked at, so that guessing cannot go on."""
     header = request.headers.get("authorization")
-    key = hash_token(header) if header else ""
-    cached = state.principals.get(key)
-    if cached is not None and cached[0] > time.monotonic():
-        return cached[1]
-    principal = await state.db.run(_lookup, state, header)
-    if len(state.principals) > 10_000:
-        state.principals.clear()
-    state.principals[key] = (time.monotonic() + PRINCIPAL_TTL_S, principal)
+    if not header:
+        raise AuthenticationFailed("missing", "send `Authorization: Bearer <token>`; `paretune token create` makes one")
+    client = request.client.host if request.client else "unknown"
+    wait = state.auth_failures.retry_after(client, time.monotonic())
+    if wait is not None:
+        seconds = max(1, int(wait + 0.999))
+        raise TooManyRequests(
+            f"too many failed authentications from {client}; try again in {seconds} s", field="authorization",
+            retry_after_s=seconds, headers={"Retry-After": str(seconds)})
+    key = hash_token(header)
+    now = utcnow()
+    principal = state.principals.get(key, now)
+    if principal is not None:
+        return principal
+    try:
+        principal = await state.db.run(_lookup, state, header)
+    except AuthenticationFailed as exc:
+        state.auth_failures.record(client, time.monotonic())
+        shown = header[7:].strip()[:PREFIX_CHARS] if header.lower().startswith("bearer ") else "(not a bearer token)"
+        route = getattr(request.scope.get("route"), "path", request.url.path)  # lease tokens stay out of logs
+        log.warning("authentication failed from %s: %s (token %r...) on %s %s", client, exc.reason, shown,
+                    request.method, route)
+        raise
+    state.principals.put(key, principal)
     return principal
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
-# ids in paths are database integers: larger ones name nothing (404), never a 500
-MAX_ID = 2**63 - 1
+# ids of studies, tokens and workers are 32-bit database integers: a larger one is refused
+# as invalid (422 naming it) before it reaches the database, which would refuse to compare it
+MAX_ID = 2**31 - 1
 StudyId = Annotated[int, Path(ge=1, le=MAX_ID, description="the study's id")]
 TokenId = Annotated[int, Path(ge=1, le=MAX_ID, description="the token's id")]
 TrialNumber = Annotated[int, Path(ge=0, le=2**31 - 1, description="the trial's number in its study")]

@@ -3,11 +3,63 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
-from service.store.models import Study, Trial, Worker
+from service.accounts.tokens import MAX_GRACE_S, MAX_LIFETIME_S
+from service.store.models import Study, Trial, Worker, as_utc
+
+# every stored time is UTC; SQLite gives them back without a zone, which RFC 3339 needs
+Utc = Annotated[datetime, AfterValidator(as_utc)]
+# text stored in the database: no NUL characters, which no Postgres text column can hold
+Name = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+
+
+class DocumentedAs:
+    """Annotates a raw JSON body that the endpoint validates itself (so that every error
+    names its field the same way) to be documented in the OpenAPI as `model`."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.model = model
+
+    def __get_pydantic_json_schema__(self, _: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return handler(self.model.__pydantic_core_schema__)
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="invalid, not_found, forbidden, unauthorized, conflict, too_large, ...")
+    message: str = Field(description="what was wrong and how to fix it")
+    field: str | None = Field(description="the field at fault (dotted path), if one is")
+    errors: list[FieldError] | None = Field(default=None, description="every invalid field, for a 422")
+
+
+class ErrorOut(BaseModel):
+    """The one shape of every 4xx and 5xx answer."""
+
+    error: ErrorBody
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": description} for status, description in (
+        (401, "no token, or an unknown, revoked or expired one"),
+        (403, "the token's role or kind does not allow this"),
+        (404, "no such object in the caller's team"),
+        (409, "a state conflict"),
+        (413, "the request body is over the limit"),
+        (422, "a parameter or body that does not validate"),
+        (429, "too many failed authentications from this client; see Retry-After"),
+    )
+}
 
 
 class ObjectiveOut(BaseModel):
@@ -40,9 +92,9 @@ class StudyOut(BaseModel):
     hypervolume: float | None
     front_size: int
     reference_point: dict[str, float]
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
+    created_at: Utc
+    updated_at: Utc
+    finished_at: Utc | None
     document: dict[str, Any] | None = None
 
     @classmethod
@@ -82,9 +134,9 @@ class TrialOut(BaseModel):
     message: str | None
     worker_id: int | None
     completed_index: int | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+    created_at: Utc
+    started_at: Utc | None
+    finished_at: Utc | None
 
 
 class TrialDetail(TrialOut):
@@ -132,18 +184,36 @@ class TokenOut(BaseModel):
     role: str
     team: str | None
     pool: str | None
+    superuser: bool
     prefix: str
-    token: str | None = Field(default=None, description="the secret, shown only at creation")
+    created_at: Utc
+    expires_at: Utc | None = Field(description="when the token stops working; null: never")
+    revoked_at: Utc | None = Field(
+        description="set while a rotated token's grace period runs: when it stops working")
+    replaced_by: int | None = Field(description="the token this one was rotated into")
+    token: str | None = Field(default=None, description="the secret, shown only at creation and rotation")
 
 
 class TokenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
-    kind: str = Field(default="user", pattern="^(user|worker)$")
-    role: str = "member"
-    team: str | None = Field(default=None, max_length=100)
-    pool: str = Field(default="default", min_length=1, max_length=100)
+    name: Name = Field(min_length=1, max_length=200)
+    kind: Literal["user", "worker"] = "user"
+    role: Literal["viewer", "member", "approver", "admin"] = "member"
+    team: Name | None = Field(default=None, max_length=100, description="default: the caller's team")
+    pool: Name = Field(default="default", min_length=1, max_length=100, description="worker tokens: their pool")
+    superuser: bool = Field(default=False, description="an operator token (only the operator creates these)")
+    expires_in: int | None = Field(default=None, ge=1, le=MAX_LIFETIME_S,
+                                   description="seconds until the token expires; null: never")
+
+
+class RotateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    grace_s: int = Field(default=0, ge=0, le=MAX_GRACE_S,
+                         description="seconds the old secret keeps working (0: it stops at once)")
+    expires_in: int | None = Field(default=None, ge=1, le=MAX_LIFETIME_S,
+                                   description="the new token's lifetime; default: the old token's lifetime")
 
 
 class TeamIn(BaseModel):
@@ -166,8 +236,8 @@ class WorkerOut(BaseModel):
     backends: list[str]
     energy: bool
     fingerprint: dict[str, Any]
-    registered_at: datetime
-    last_seen_at: datetime
+    registered_at: Utc
+    last_seen_at: Utc
     trials_done: int = Field(description="trials this worker has reported (completed or failed)")
 
     @classmethod
@@ -183,6 +253,7 @@ class MeOut(BaseModel):
     role: str
     team: str | None
     superuser: bool
+    expires_at: Utc | None = Field(description="when this token stops working; null: never")
 
 
 def trial_out(trial: Trial) -> TrialOut:

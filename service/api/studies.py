@@ -8,7 +8,8 @@ from fastapi import APIRouter, Body, Query
 from sqlalchemy import select
 
 from service.api.deps import PrincipalDep, ReadSession, StateDep, StudyId, WriteSession
-from service.api.schemas import StudyList, StudyOut
+from service.api.schemas import ERROR_RESPONSES, DocumentedAs, StudyList, StudyOut
+from service.domain import study_doc as sd
 from service.domain.states import StudyState
 from service.errors import Invalid
 from service.store.db import after_commit
@@ -16,13 +17,29 @@ from service.store.models import Study
 from service.studies import documents, lifecycle
 from service.studies.access import visible_study
 
-router = APIRouter(prefix="/v1/studies", tags=["studies"])
+EXAMPLES: dict[str, Any] = {
+    "builtin": {"summary": "a built-in CPU kernel, its own search space", "value": {
+        "name": "matmul: runtime vs p99", "kernel": {"backend": "cpu", "builtin": "matmul"},
+        "objectives": ["runtime_ms", "p99_ms"], "budget": {"max_trials": 40}, "parallelism": 2,
+        "sampler": {"name": "nsga2", "seed": 1, "options": {"population_size": 10}}}},
+    "python": {"summary": "a Python objective function over a space of its own", "value": {
+        "name": "block sizes", "kernel": {"backend": "python", "source": "mypackage.bench:run"},
+        "space": [{"name": "block", "type": "int", "low": 16, "high": 256, "step": 16, "default": 64},
+                  {"name": "layout", "type": "categorical", "choices": ["row", "col"], "default": "row"},
+                  {"name": "scale", "type": "float", "low": 0.1, "high": 10.0, "log": True, "default": 1.0}],
+        "objectives": [{"name": "latency_ms"}, {"name": "accuracy", "direction": "maximize"}],
+        "constraints": [{"metric": "latency_ms", "op": "<=", "value": 5.0}],
+        "budget": {"max_trials": 200, "wall_time_s": 3600}, "pool": "default"}},
+}
+
+router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERROR_RESPONSES)
 
 
 @router.post("", status_code=201, response_model=StudyOut)
 def create_study(
     state: StateDep, principal: PrincipalDep, session: WriteSession,
-    document: Annotated[dict[str, Any], Body(description="the study document (see docs/api.md)")],
+    document: Annotated[dict[str, Any], DocumentedAs(sd.StudyDocument),
+                        Body(description="the study document (see docs/api.md)", openapi_examples=EXAMPLES)],
 ) -> StudyOut:
     principal.require("member")
     normalised = documents.validate(document)

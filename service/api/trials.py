@@ -12,14 +12,23 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from service.api.deps import AppState, PrincipalDep, ReadSession, StateDep, StudyId, TrialNumber
-from service.api.schemas import FrontOut, HistoryPoint, StudyOut, TrialDetail, TrialOut, TrialPage, trial_out
+from service.api.schemas import (
+    ERROR_RESPONSES,
+    FrontOut,
+    HistoryPoint,
+    StudyOut,
+    TrialDetail,
+    TrialOut,
+    TrialPage,
+    trial_out,
+)
 from service.domain.states import STUDY_FINISHED
 from service.errors import NotFound
 from service.store.models import Study
 from service.studies.access import visible_study
 from service.trials import queries
 
-router = APIRouter(prefix="/v1/studies", tags=["trials"])
+router = APIRouter(prefix="/v1/studies", tags=["trials"], responses=ERROR_RESPONSES)
 
 KEEPALIVE_S = 15.0
 EVENT_PAGE = 500

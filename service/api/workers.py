@@ -10,22 +10,23 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.accounts.tokens import Principal
-from service.api.deps import AppState, PrincipalDep, ReadSession, StateDep, WriteSession
-from service.api.schemas import WorkerOut
-from service.errors import Forbidden, NotFound
+from service.api.deps import MAX_ID, AppState, PrincipalDep, ReadSession, StateDep, WriteSession
+from service.api.schemas import ERROR_RESPONSES, WorkerOut
+from service.domain.storable import storable
+from service.errors import Forbidden, Invalid, NotFound
 from service.store.db import after_commit
 from service.store.models import Study, Trial, Worker
 from service.trials import leases
 from service.trials.workers import WorkerInfo
 from workers import contract as wire
 
-router = APIRouter(prefix="/v1", tags=["workers"])
+router = APIRouter(prefix="/v1", tags=["workers"], responses=ERROR_RESPONSES)
 LeaseToken = Annotated[str, Path(min_length=1, max_length=64, description="the lease's token")]
 
 
 def owned_worker(session: Session, state: AppState, principal: Principal, worker_id: int) -> WorkerInfo:
     principal.require_worker()
-    worker = state.workers.get(session, worker_id)
+    worker = state.workers.get(session, worker_id) if 0 < worker_id <= MAX_ID else None
     if worker is None or worker.token_id != principal.token_id:
         raise NotFound(f"no worker {worker_id} registered with this token; register first", field="worker_id")
     return worker
@@ -37,10 +38,13 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
     principal.require_worker()
     if principal.pool and body.pool != principal.pool:
         raise Forbidden(f"this worker token serves pool {principal.pool!r}, not {body.pool!r}", field="pool")
+    for field in ("name", "pool"):
+        if "\x00" in getattr(body, field):
+            raise Invalid("text must not contain NUL characters", field=field)
     fingerprint = body.fingerprint
     worker = Worker(name=body.name, pool=body.pool, token_id=principal.token_id,
-                    fingerprint=fingerprint.model_dump(mode="json"), backends=list(fingerprint.backends),
-                    energy=fingerprint.energy)
+                    fingerprint=storable(fingerprint.model_dump(mode="json")),
+                    backends=storable(list(fingerprint.backends)), energy=fingerprint.energy)
     session.add(worker)
     session.flush()
     state.workers.remember(worker)

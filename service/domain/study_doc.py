@@ -8,10 +8,12 @@ large: limits are listed in docs/api.md.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from service.domain.limits import MAX_DEPTH
 from service.domain.space import (
     MAX_GRID_POINTS,
     MAX_PARAMETERS,
@@ -39,7 +41,6 @@ ENERGY_OBJECTIVES = {"energy_mj", "power_w"}
 BACKENDS = ("cpu", "python", "triton", "cuda")
 SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "grid")
 MAX_PARALLELISM = 1_000
-MAX_DEPTH = 24  # nesting of the whole document
 MAX_OPTION_KEYS = 64
 MAX_WALL_TIME_S = 90 * 86_400.0
 
@@ -141,8 +142,9 @@ class DocumentError(ValueError):
 
 
 def check_shape(raw: Any) -> None:
-    """Refuse what no schema check should have to walk into: nesting deeper than MAX_DEPTH
-    and NUL characters (which no database stores in text), naming where they are."""
+    """Refuse what no schema check should have to walk into: nesting deeper than MAX_DEPTH,
+    NUL characters (which no database stores in text) and NaN or infinities (which JSON
+    cannot carry, anywhere: free-form fields included), naming where they are."""
     stack: list[tuple[Any, str, int]] = [(raw, "", 0)]
     while stack:
         value, path, depth = stack.pop()
@@ -151,6 +153,9 @@ def check_shape(raw: Any) -> None:
         if isinstance(value, str):
             if "\x00" in value:
                 raise DocumentError(path or "body", "text must not contain NUL characters")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise DocumentError(path or "body", f"{value} is not a finite number; use a finite one")
         elif isinstance(value, dict):
             for key, item in value.items():
                 if isinstance(key, str) and "\x00" in key:

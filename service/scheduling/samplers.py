@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import inspect
+import math
 import re
 from collections import defaultdict
 from typing import Any
@@ -92,6 +93,18 @@ RESERVED_OPTIONS = {"seed", "constraints_func", "search_space"}
 _SCALAR_ANNOTATION = re.compile(r"^(int|float|bool|str|None)( \| (int|float|bool|str|None))*$")
 # they rank infeasible trials by their violation alone, so failures can be told as infeasible
 CONSTRAINT_SAMPLERS = {"nsga2", "nsga3", "tpe"}
+# Ranges Optuna checks only when it samples (n_ei_candidates: 0 fails, 2**40 allocates
+# terabytes), inside the scheduling step, where a bad value would fail every step of the study
+OPTION_RANGES: dict[str, tuple[float, float]] = {
+    "n_startup_trials": (0, 100_000),
+    "n_ei_candidates": (1, 10_000),
+    "prior_weight": (0.0, 1e6),
+    "population_size": (2, 10_000),
+    "dividing_parameter": (1, 1_000),
+}
+MAX_REFERENCE_POINTS = 100_000  # NSGA-III enumerates C(objectives + p - 1, p) of them
+_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,),
+                                       "None": (type(None),)}
 
 
 def resolve_name(name: str, n_objectives: int) -> str:
@@ -108,18 +121,42 @@ def settable_options(name: str) -> dict[str, inspect.Parameter]:
             if k not in RESERVED_OPTIONS and _SCALAR_ANNOTATION.match(str(p.annotation).strip("'\""))}
 
 
+def _type_problem(key: str, value: Any, annotation: str) -> str | None:
+    names = [part.strip() for part in annotation.split("|")]
+    accepted = tuple(t for part in names for t in _TYPES.get(part, ()))
+    if not isinstance(value, accepted) or isinstance(value, bool) and "bool" not in names:
+        return f"{key} must be {' or '.join(names)}, not {value!r}"
+    return None
+
+
+def _range_problem(key: str, value: Any, n_objectives: int) -> str | None:
+    low, high = OPTION_RANGES.get(key, (-math.inf, math.inf))
+    if isinstance(value, int | float) and not isinstance(value, bool) and not low <= value <= high:
+        return f"{key} must be between {low:g} and {high:g}, not {value}"
+    if key == "dividing_parameter" and isinstance(value, int):
+        points = math.comb(n_objectives + value - 1, value)
+        if points > MAX_REFERENCE_POINTS:
+            return (f"dividing_parameter {value} makes {points:.3g} reference points for {n_objectives} "
+                    f"objectives, over {MAX_REFERENCE_POINTS:,}; use a smaller one")
+    return None
+
+
 def build(name: str, seed: int | None, options: dict[str, Any]) -> optuna.samplers.BaseSampler:
     return SAMPLER_CLASSES[name](seed=seed, **options)  # type: ignore[call-arg]
 
 
-def check(name: str, seed: int | None, options: dict[str, Any]) -> None:
-    """Refuse options the sampler does not take, and any it refuses when built (field:
-    sampler.options.<key>, or sampler.options with Optuna's own message)."""
+def check(name: str, seed: int | None, options: dict[str, Any], n_objectives: int = 1) -> None:
+    """Refuse options the sampler does not take or of the wrong type, any it refuses when
+    built (field: sampler.options.<key>, or sampler.options, with Optuna's own message), and
+    values out of the ranges Optuna checks only when it samples."""
     allowed = settable_options(name)
-    for key in options:
+    for key, value in options.items():
         if key not in allowed:
             takes = ", ".join(sorted(allowed)) or "none"
             raise DocumentError(f"sampler.options.{key}", f"sampler {name!r} has no option {key!r}; it takes: {takes}")
+        problem = _type_problem(key, value, str(allowed[key].annotation).strip("'\""))
+        if problem:
+            raise DocumentError(f"sampler.options.{key}", f"sampler {name!r}: {problem}")
     if name == "gp":
         try:
             import torch  # noqa: F401
@@ -132,3 +169,7 @@ def check(name: str, seed: int | None, options: dict[str, Any]) -> None:
     except Exception as exc:  # Optuna's own check of the values: say what it said
         field = f"sampler.options.{next(iter(options))}" if len(options) == 1 else "sampler.options"
         raise DocumentError(field, f"sampler {name!r} refused these options: {exc}") from exc
+    for key, value in options.items():
+        problem = _range_problem(key, value, n_objectives)
+        if problem:
+            raise DocumentError(f"sampler.options.{key}", f"sampler {name!r}: {problem}")

@@ -65,7 +65,10 @@ class ApiToken(Base):
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"), nullable=True)
     pool: Mapped[str | None] = mapped_column(String(100), nullable=True)  # worker tokens only
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # set in the future while a rotated token's grace period runs
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    replaced_by: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the token it was rotated into
 
 
 class Worker(Base):

@@ -59,7 +59,7 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
     sampler = samplers.resolve_name(doc.sampler.name, len(objectives))
     grid = sd.check_grid(space) if sampler == "grid" else None
-    samplers.check(sampler, doc.sampler.seed, doc.sampler.options)
+    samplers.check(sampler, doc.sampler.seed, doc.sampler.options, n_objectives=len(objectives))
     normalised = doc.model_dump(mode="json")
     normalised.update(
         kernel=kernel.model_dump(mode="json"),

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.domain import results
 from service.domain.states import TRIAL_FINISHED, StudyState, TrialState, after_expired_lease
+from service.domain.storable import storable, storable_text
 from service.errors import Conflict
 from service.store.db import is_postgres, lock_study
 from service.store.models import Study, Trial, as_utc, utcnow
@@ -169,7 +170,7 @@ def heartbeat(session: Session, trial: Held, phase: str | None, settings: Settin
     expires = utcnow() + timedelta(seconds=settings.lease_s)
     values: dict[str, Any] = {"lease_expires_at": expires}
     if phase:
-        values["phase"] = phase[:32]
+        values["phase"] = storable_text(phase[:32])
     session.execute(update(Trial).where(Trial.id == trial.id).values(**values))
     state = session.execute(select(Study.state).where(Study.id == trial.study_id)).scalar_one_or_none()
     # a paused study lets running trials finish; a cancelled or failed one wants them stopped
@@ -183,8 +184,7 @@ def record_result(session: Session, trial: Held, spec: StudySpec, worker: Worker
     if trial.state in TRIAL_FINISHED:
         return wire.ResultAck(trial_id=trial.id, state=trial.state, duplicate=True)
     _check_live(trial, "the lease has expired; the trial was handed back to the queue")
-    fields: dict[str, Any] = dict(
-        phase=None,
+    fields: dict[str, Any] = storable(dict(
         metrics={name: m.model_dump() for name, m in result.metrics.items()},
         correctness=result.correctness,
         compile_report=result.compile_report,
@@ -192,8 +192,8 @@ def record_result(session: Session, trial: Held, spec: StudySpec, worker: Worker
         timings=result.timings,
         log=result.log[-100_000:],
         message=result.message[:10_000],
-        fingerprint=worker.fingerprint,
-    )
+    ))
+    fields.update(phase=None, fingerprint=worker.fingerprint)
     state = TrialState.COMPLETED
     if result.status == "failed":
         state, fields["failure_reason"] = TrialState.FAILED, (result.failure_reason or wire.FailureReason.ERROR).value

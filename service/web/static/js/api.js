@@ -11,6 +11,7 @@ export class ApiError extends Error {
     this.status = status;
     this.code = err.code || String(status);
     this.field = err.field || null;
+    this.reason = err.reason || null;
   }
 }
 

@@ -34,7 +34,10 @@ export function loginView(root, { query, onSignedIn }) {
       const next = query.get("next");
       navigate(next && next.startsWith("/ui/") && !next.startsWith("/ui/login") ? next : "/ui/", { replace: true });
     } catch (error) {
-      message.textContent = error.status === 401 ? "That token is unknown or revoked." : error.message;
+      message.textContent = error.status !== 401 ? error.message
+        : error.reason === "expired" ? "That token has expired."
+        : error.reason === "rotated" ? "That token was rotated; sign in with its new secret."
+        : "That token is unknown or revoked.";
       button.disabled = false;
       input.select();
     }

@@ -1,0 +1,285 @@
+"""The tenancy matrix, on SQLite and Postgres: every operation of the OpenAPI document x
+every kind of caller x the ids of the caller's own team and of another team.
+
+Teams alpha and beta each have a study (with trials and a live lease) in a pool of their
+own, a registered worker, and tokens. Callers: alpha's viewer, member, approver, admin
+and worker, beta's admin and worker, and no, an expired and a revoked token. Each call
+names one team's objects (study, trial number, token, lease, worker, team name). Another
+team's objects answer 403 or 404, never 2xx with data nor a 5xx, and leave the objects as
+they were; the caller's own team's follow the roles. A new operation fails this test until
+it is given a rule below, so none is left out."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from conftest import Api, make_api, study_doc
+
+ROLES = ("viewer", "member", "approver", "admin")
+RANK = {role: i for i, role in enumerate(ROLES)}
+# Who may call each operation on its own team's objects: a user role (and up), "worker"
+# (worker tokens only), "operator" (superuser only), "anyone" (any valid token), "public".
+# Its scope says what another team's caller gets: "ids" (the call names the target
+# team's objects: 403/404), "list" (200 with the caller's own data only), "none" (names
+# nothing of the target team).
+RULES: dict[tuple[str, str], tuple[str, str]] = {
+    ("GET", "/v1/studies"): ("viewer", "list"),
+    ("POST", "/v1/studies"): ("member", "none"),
+    ("GET", "/v1/studies/{study_id}"): ("viewer", "ids"),
+    ("POST", "/v1/studies/{study_id}/pause"): ("member", "ids"),
+    ("POST", "/v1/studies/{study_id}/resume"): ("member", "ids"),
+    ("POST", "/v1/studies/{study_id}/cancel"): ("member", "ids"),
+    ("GET", "/v1/studies/{study_id}/trials"): ("viewer", "ids"),
+    ("GET", "/v1/studies/{study_id}/trials/{number}"): ("viewer", "ids"),
+    ("GET", "/v1/studies/{study_id}/front"): ("viewer", "ids"),
+    ("GET", "/v1/studies/{study_id}/events"): ("viewer", "ids"),
+    ("POST", "/v1/workers/register"): ("worker", "ids"),
+    ("POST", "/v1/leases"): ("worker", "ids"),
+    ("POST", "/v1/leases/{token}/heartbeat"): ("worker", "ids"),
+    ("POST", "/v1/leases/{token}/result"): ("worker", "ids"),
+    ("GET", "/v1/workers"): ("viewer", "list"),
+    ("GET", "/v1/me"): ("anyone", "none"),
+    ("GET", "/v1/teams"): ("viewer", "list"),
+    ("POST", "/v1/teams"): ("operator", "none"),
+    ("GET", "/v1/tokens"): ("admin", "list"),
+    ("POST", "/v1/tokens"): ("admin", "ids"),
+    ("POST", "/v1/tokens/{token_id}/rotate"): ("admin", "ids"),
+    ("DELETE", "/v1/tokens/{token_id}"): ("admin", "ids"),
+    ("GET", "/healthz"): ("public", "none"),
+    ("GET", "/metrics"): ("public", "none"),
+}
+QUERIES = {"/v1/studies/{study_id}/events": {"follow": "false"}}
+STUDY_ACTIONS = ("/pause", "/resume", "/cancel")
+
+
+@dataclass
+class Team:
+    name: str
+    pool: str
+    tokens: dict[str, str]  # role (and "worker") -> secret
+    token_ids: dict[str, int]
+    study_id: int
+    worker_id: int
+
+    def headers(self, role: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+
+@dataclass(frozen=True)
+class Caller:
+    name: str
+    team: str | None  # None: not authenticated
+    role: str  # a user role, "worker", or "none" (no, expired or revoked token)
+    headers: dict[str, str]
+
+
+class Matrix:
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.teams = {name: self._team(name) for name in ("alpha", "beta")}
+        api.quiesce()
+
+    def _team(self, name: str) -> Team:
+        api, admin = self.api, self.api.admin
+        assert api.client.post("/v1/teams", json={"name": name}, headers=admin).status_code == 201
+        tokens, ids = {}, {}
+        for role in (*ROLES, "worker"):
+            body = {"name": f"{name}-{role}", "team": name, "role": role} if role != "worker" else {
+                "name": f"{name}-worker", "kind": "worker", "pool": f"{name}-pool"}
+            r = api.client.post("/v1/tokens", json=body, headers=admin)
+            assert r.status_code == 201, r.text
+            tokens[role], ids[role] = r.json()["token"], r.json()["id"]
+        team = Team(name, f"{name}-pool", tokens, ids, 0, 0)
+        team.study_id = self.new_study(team)
+        r = api.client.post("/v1/workers/register", headers=team.headers("worker"),
+                            json={"name": f"{name}-w", "pool": team.pool, "fingerprint": {"backends": ["python"]}})
+        assert r.status_code == 201, r.text
+        team.worker_id = r.json()["worker_id"]
+        return team
+
+    def new_study(self, team: Team) -> int:
+        r = self.api.client.post("/v1/studies", headers=team.headers("admin"), json=study_doc(
+            pool=team.pool, budget={"max_trials": 10_000}, parallelism=8))
+        assert r.status_code == 201, r.text
+        return int(r.json()["id"])
+
+    def fresh_lease(self, team: Team) -> str:
+        """A lease that the team's worker holds now (a new study when its pool ran dry)."""
+        for _ in range(3):
+            r = self.api.client.post("/v1/leases", json={"worker_id": team.worker_id, "wait_s": 0},
+                                     headers=team.headers("worker"))
+            if r.status_code == 200:
+                return str(r.json()["token"])
+            self.new_study(team)
+            self.api.quiesce()
+        raise AssertionError(f"no trial to lease in pool {team.pool}")
+
+    def fresh_token_id(self, team: Team) -> int:
+        r = self.api.client.post("/v1/tokens", json={"name": f"target-{uuid.uuid4().hex[:6]}", "role": "viewer",
+                                                     "team": team.name}, headers=self.api.admin)
+        return int(r.json()["id"])
+
+    def request(self, method: str, path: str, target: Team, caller: Caller) -> dict[str, Any]:
+        """The arguments of a call of operation (method, path) naming `target`'s objects
+        (a study is created in the caller's own pool: pools are shared, not a team's)."""
+        values = {"study_id": target.study_id, "number": 0}
+        if "{token_id}" in path:
+            values["token_id"] = self.fresh_token_id(target)
+        if "{token}" in path:
+            values["token"] = self.fresh_lease(target)
+        bodies: dict[str, Any] = {
+            "/v1/studies": study_doc(pool=self.teams[caller.team].pool if caller.team else "default"),
+            "/v1/workers/register": {"name": "m", "pool": target.pool, "fingerprint": {"backends": ["python"]}},
+            "/v1/leases": {"worker_id": target.worker_id, "wait_s": 0},
+            "/v1/leases/{token}/heartbeat": {"phase": "run"},
+            "/v1/leases/{token}/result": {"status": "failed", "failure_reason": "crash", "message": "matrix"},
+            "/v1/teams": {"name": f"t-{uuid.uuid4().hex[:8]}"},
+            "/v1/tokens": {"name": "m", "role": "viewer", "team": target.name},
+            "/v1/tokens/{token_id}/rotate": {"grace_s": 0},
+        }
+        return {"method": method, "url": path.format(**values), "params": QUERIES.get(path), "path": path,
+                "json": bodies.get(path) if method != "GET" and path in bodies else None}
+
+    def snapshot(self, team: Team) -> Any:
+        """What a call naming `team`'s objects could change, as its admin and the operator
+        see it (a study's progress is left out: the scheduler refills the queue meanwhile)."""
+        get = self.api.client.get
+        admin = self.api.admin
+        return (get(f"/v1/studies/{team.study_id}", headers=team.headers("admin")).json()["state"],
+                sorted((t["id"], t["replaced_by"]) for t in get("/v1/tokens", headers=admin).json()),
+                sorted((w["id"], w["pool"]) for w in get("/v1/workers", headers=admin).json()))
+
+    def unchanged(self, team: Team, before: Any, url: str) -> str | None:
+        if self.snapshot(team) != before:
+            return f"changed {team.name}'s objects"
+        lease = re.match(r"^/v1/leases/([^/]+)/", url)
+        if lease:  # the lease still belongs to its worker, alive
+            r = self.api.client.post(f"/v1/leases/{lease.group(1)}/heartbeat", json={}, headers=team.headers("worker"))
+            return None if r.status_code == 200 else f"the lease of {team.name}'s worker is gone: {r.text[:200]}"
+        return None
+
+    def foreign_ids(self, team: Team) -> set[str]:
+        """Markers of `team`'s data in an answer."""
+        return {f'"pool":"{team.pool}"', f'"team":"{team.name}"', f'"name":"{team.name}"', f'"name":"{team.name}-w"'}
+
+
+@pytest.fixture
+def matrix(database_url: str) -> Iterator[Matrix]:
+    for api in make_api(database_url, auth_failure_limit=1_000_000):
+        yield Matrix(api)
+
+
+def callers(m: Matrix) -> list[Caller]:
+    alpha, beta = m.teams["alpha"], m.teams["beta"]
+    api = m.api
+    expired = api.client.post("/v1/tokens", json={"name": "expired", "role": "admin", "team": "alpha",
+                                                  "expires_in": 1}, headers=api.admin).json()["token"]
+    revoked = api.client.post("/v1/tokens", json={"name": "revoked", "role": "admin", "team": "alpha"},
+                              headers=api.admin).json()
+    assert api.client.delete(f"/v1/tokens/{revoked['id']}", headers=api.admin).status_code == 204
+    time.sleep(1.1)
+    return [
+        *(Caller(f"alpha {role}", "alpha", role, alpha.headers(role)) for role in (*ROLES, "worker")),
+        Caller("beta admin", "beta", "admin", beta.headers("admin")),
+        Caller("beta worker", "beta", "worker", beta.headers("worker")),
+        Caller("no token", None, "none", {}),
+        Caller("expired token", None, "none", {"Authorization": f"Bearer {expired}"}),
+        Caller("revoked token", None, "none", {"Authorization": f"Bearer {revoked['token']}"}),
+        Caller("malformed header", None, "none", {"Authorization": "Basic YWRtaW46YWRtaW4="}),
+    ]
+
+
+def send(api: Api, call: dict[str, Any], headers: dict[str, str], **override: Any) -> Any:
+    arguments = {**{k: v for k, v in call.items() if k != "path"}, **override}
+    return api.client.request(**arguments, headers=headers)
+
+
+def allowed(rule: str, caller: Caller) -> bool:
+    if rule == "anyone":
+        return True
+    if rule == "operator":
+        return False
+    if rule == "worker":
+        return caller.role == "worker"
+    return caller.role in RANK and RANK[caller.role] >= RANK[rule]
+
+
+def operations(api: Api) -> list[tuple[str, str, bool]]:
+    """(method, path, authenticated) of every operation the OpenAPI document lists."""
+    document = api.client.get("/openapi.json").json()
+    found = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            found.append((method.upper(), path, bool(operation.get("security"))))
+    return found
+
+
+def test_every_operation_for_every_caller_on_both_teams_ids(matrix: Matrix) -> None:
+    api = matrix.api
+    found = operations(api)
+    unclassified = [(m, p) for m, p, _ in found if (m, p) not in RULES]
+    assert not unclassified, f"give these operations a rule in RULES: {unclassified}"
+    for method, path, authenticated in found:
+        assert authenticated == (RULES[(method, path)][0] != "public"), (method, path)
+    problems: list[str] = []
+    calls = 0
+    everyone = callers(matrix)
+    for caller in everyone:
+        for target in matrix.teams.values():
+            for method, path, _ in found:
+                rule, scope = RULES[(method, path)]
+                same = caller.team == target.name
+                call = matrix.request(method, path, target, caller)
+                before = matrix.snapshot(target) if not same and method != "GET" else None
+                r = send(api, call, caller.headers)
+                calls += 1
+                problem = judge(matrix, caller, target, call, rule, scope, same, r)
+                if before is not None and problem is None:
+                    problem = matrix.unchanged(target, before, call["url"])
+                if problem:
+                    problems.append(f"{caller.name} -> {target.name}'s {method} {path}: {problem}")
+    assert calls == len(found) * len(matrix.teams) * len(everyone)
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
+
+
+def judge(m: Matrix, caller: Caller, target: Team, call: dict[str, Any], rule: str, scope: str, same: bool,
+          r: Any) -> str | None:
+    """Why answer `r` to `call` is wrong, or None."""
+    method, path = call["method"], call["path"]
+    status = r.status_code
+    if status >= 500:
+        return f"{status} {r.text[:200]}"
+    if status >= 400 and "error" not in r.json():
+        return f"{status} not in the error shape: {r.text[:200]}"
+    if rule == "public":
+        return None if status == 200 else f"{status} for a public endpoint"
+    if caller.role == "none":
+        return None if status == 401 else f"{status}, expected 401: {r.text[:200]}"
+    if not same and scope == "ids" and not path.startswith("/v1/leases/{token}"):
+        return None if status in (403, 404) else f"{status}, expected 403 or 404: {r.text[:200]}"
+    if not allowed(rule, caller):
+        return None if status == 403 else f"{status}, expected 403 (role {caller.role}): {r.text[:200]}"
+    if same or scope == "none":
+        ok = status < 300 or (status == 409 and path.endswith(STUDY_ACTIONS))
+        if scope == "none" and method == "POST" and path == "/v1/studies" and ok:
+            mine = m.api.client.get(f"/v1/studies/{r.json()['id']}", headers=caller.headers)
+            return None if mine.status_code == 200 else "created a study its own team cannot see"
+        return None if ok else f"{status}, expected success: {r.text[:200]}"
+    if scope == "list":
+        if status != 200:
+            return f"{status}, expected 200 with the caller's own data"
+        leaked = [marker for marker in m.foreign_ids(target) if marker in r.text.replace(" ", "")]
+        return f"shows {target.name}'s data: {leaked}" if leaked else None
+    # another team's lease: indistinguishable from an unknown one, which the worker protocol
+    # answers with 409 (drop the trial)
+    unknown = send(m.api, call, caller.headers,
+                   url=re.sub(r"^/v1/leases/[^/]+/", "/v1/leases/no-such-lease/", call["url"]))
+    if status in (403, 404, 409) and status == unknown.status_code:
+        return None
+    return f"{status} (an unknown lease: {unknown.status_code}): {r.text[:200]}"
