@@ -23,6 +23,7 @@ class Settings:
     poll_interval_s: float = 0.5  # long-poll and event re-check period without Redis
     schedule_interval_s: float = 1.0  # how often each replica looks for studies whose step has work
     keep_alive_s: float = 75.0  # idle HTTP connections are kept this long (longer than clients keep them)
+    migrate_on_start: bool = True  # false: a migration job upgrades the schema, replicas only check it
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -37,6 +38,7 @@ class Settings:
             reaper_interval_s=float(os.environ.get("PARETUNE_REAPER_INTERVAL_S", 2)),
             poll_interval_s=float(os.environ.get("PARETUNE_POLL_INTERVAL_S", 0.5)),
             schedule_interval_s=float(os.environ.get("PARETUNE_SCHEDULE_INTERVAL_S", 1.0)),
+            migrate_on_start=os.environ.get("PARETUNE_MIGRATE_ON_START", "true").lower() not in ("0", "false", "no"),
         )
 
     @property

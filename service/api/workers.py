@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Depends, Path, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from service.accounts.tokens import Principal
+from service.api.compat import check_worker_contract
 from service.api.deps import AppState, PrincipalDep, ReadSession, StateDep, WriteSession
 from service.api.schemas import WorkerOut
 from service.errors import Forbidden, NotFound
@@ -20,7 +21,7 @@ from service.trials import leases
 from service.trials.workers import WorkerInfo
 from workers import contract as wire
 
-router = APIRouter(prefix="/v1", tags=["workers"])
+router = APIRouter(prefix="/v1", tags=["workers"], dependencies=[Depends(check_worker_contract)])
 LeaseToken = Annotated[str, Path(min_length=1, max_length=64, description="the lease's token")]
 
 
