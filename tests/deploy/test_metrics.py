@@ -63,21 +63,27 @@ def _traffic_then_scrape(live_service: LiveService) -> tuple[dict[str, list[Any]
     token = live_service.make_worker_token("default")
     with httpx.Client(base_url=live_service.url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as worker:
         worker_id = register(worker)
-        abandoned = lease(worker, worker_id)
-        failing = lease(worker, worker_id)
+        abandoned = lease(worker, worker_id, wait_s=10)
+        failing = lease(worker, worker_id, wait_s=10)
         assert abandoned and failing
         posted = worker.post(f"/v1/leases/{failing['token']}/result",
                              json={"status": "failed", "failure_reason": "compile_error", "message": "bad flag"})
         assert posted.status_code == 200, posted.text
         trial_id = abandoned["trial"]["trial_id"]
         wait_for(lambda: _trial(admin, default["id"], trial_id)["state"] == "failed", 30, "the lease to expire")
-        assert run(worker, worker_id) == 4
+        assert run(worker, worker_id, wait_s=5) == 4
+    wait_for(lambda: _accounted(admin, default["id"]) == 6, 30, "the study's step to account for every trial")
     body = admin.get("/metrics").text
     samples: dict[str, list[Any]] = {}
     for family in text_string_to_metric_families(body):
         for sample in family.samples:
             samples.setdefault(sample.name, []).append(sample)
     return samples, {"default": default["id"], "h200": waiting["id"]}
+
+
+def _accounted(client: httpx.Client, study_id: int) -> int:
+    progress = client.get(f"/v1/studies/{study_id}").json()["progress"]
+    return int(progress["completed"] + progress["failed"] + progress["cancelled"])
 
 
 def _trial(client: httpx.Client, study_id: int, trial_id: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from fake_worker import register, run
-from helpers import LiveService, create_postgres_database, drop_postgres_database, run_cli, start_service
+from helpers import LiveService, create_postgres_database, drop_postgres_database, run_cli, start_service, wait_for
 from sqlalchemy import func, select
 
 from service.store.db import Database
@@ -27,6 +27,10 @@ def _study(name: str, trials: int) -> dict[str, Any]:
         "objectives": ["f1", "f2"], "budget": {"max_trials": trials}, "parallelism": 3,
         "sampler": {"name": "nsga2", "seed": 3, "options": {"population_size": 6}},
     }
+
+
+def _worker_client(url: str, token: str) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
 def _snapshot(client: httpx.Client) -> dict[str, Any]:
@@ -52,8 +56,10 @@ def test_dump_restore_serve(live_service: LiveService, tmp_path: Path) -> None:
     worker_token = live_service.make_worker_token()
     for name, trials in (("first", 14), ("second", 9)):
         assert admin.post("/v1/studies", json=_study(name, trials)).status_code == 201
-    with httpx.Client(base_url=live_service.url, headers={"Authorization": f"Bearer {worker_token}"}) as worker:
-        assert run(worker, register(worker)) == 23
+    with _worker_client(live_service.url, worker_token) as worker:
+        assert run(worker, register(worker), wait_s=5) == 23
+    wait_for(lambda: [s["state"] for s in admin.get("/v1/studies").json()["items"]] == ["completed"] * 2, 30,
+             "both studies to complete")
     before = _snapshot(admin)
     assert [s["state"] for s in before["studies"]] == ["completed", "completed"]
     assert all(front["trials"] for front in before["fronts"].values())
@@ -84,8 +90,8 @@ def test_dump_restore_serve(live_service: LiveService, tmp_path: Path) -> None:
                 assert after["tokens"][: len(before["tokens"])] == before["tokens"]
                 # and it carries on: new studies and trials continue the restored sequences
                 third = client.post("/v1/studies", json=_study("third", 4)).json()
-                with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {worker_token}"}) as w:
-                    assert run(w, register(w)) == 4
+                with _worker_client(service.url, worker_token) as w:
+                    assert run(w, register(w), wait_s=5) == 4
                 trials = client.get(f"/v1/studies/{third['id']}/trials").json()["items"]
             old_ids = {t["id"] for items in before["trials"].values() for t in items}
             assert third["id"] == 3 and min(t["id"] for t in trials) > max(old_ids)
