@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import REPO, create_postgres_database, drop_postgres_database, free_port, postgres_available, wait_for
+from helpers import (
+    REPO,
+    create_postgres_database,
+    drop_postgres_database,
+    end_process_group,
+    free_port,
+    postgres_available,
+    wait_for,
+)
 
 DOC = REPO / "docs" / "operations.md"
 SERVICE_DISTRIBUTIONS = {"fastapi", "uvicorn", "sqlalchemy", "alembic", "psycopg", "optuna", "redis",
@@ -118,14 +125,8 @@ class Operator:
         return proc
 
     def stop(self) -> None:
-        for proc in reversed(self.background):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=45)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+        for proc in reversed(self.background):  # the worker drains first, then the service stops
+            end_process_group(proc, timeout=45)
 
 
 def _ok(result: subprocess.CompletedProcess[str], what: str) -> str:
