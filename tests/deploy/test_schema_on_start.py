@@ -46,3 +46,15 @@ def test_a_replica_refuses_an_unmigrated_database_and_the_cli_reports_it(tmp_pat
     assert run_cli("db", "upgrade", env=env).returncode == 0
     current = run_cli("db", "current", env=env)
     assert current.returncode == 0 and ": current" in current.stdout
+
+
+def test_the_build_ships_every_migration_and_refuses_a_tree_without_them(tmp_path: Path) -> None:
+    from deploy.build_hooks import migration_files
+
+    shipped = {p.as_posix() for p in migration_files()}
+    scripts = {p.relative_to(REPO).as_posix() for p in (REPO / "migrations").rglob("*.py")
+               if "__pycache__" not in p.parts}
+    assert scripts <= shipped and "migrations/script.py.mako" in shipped
+    (tmp_path / "migrations").mkdir()
+    with pytest.raises(RuntimeError, match="no Alembic environment"):
+        migration_files(tmp_path)
