@@ -22,7 +22,7 @@ from service.notify import Notifier
 from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
-from service.store.migrate import upgrade
+from service.store.migrate import prepare_schema
 from service.trials import leases
 from service.web import mount_dashboard
 
@@ -35,7 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(settings.database_url)
-        await run_in_threadpool(upgrade, db.engine)
+        await run_in_threadpool(prepare_schema, db.engine, settings.migrate_on_start)
         notifier = Notifier(settings.redis_url)
         await notifier.start()
         cache = MirrorCache()

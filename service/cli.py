@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -61,6 +62,22 @@ class Api:
 
 # --- service -------------------------------------------------------------------------
 
+# What the control plane imports beyond the worker's dependencies: the `service` extra.
+SERVICE_MODULES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "psycopg", "optuna", "redis", "prometheus_client")
+SERVICE_COMMANDS = ("serve", "up", "db", "token")
+
+
+@app.callback()
+def _require_service_extras(ctx: typer.Context) -> None:
+    """A worker-only install (`pip install paretune`) has none of the control plane's
+    packages: say which extra brings them instead of failing on an import."""
+    if ctx.invoked_subcommand not in SERVICE_COMMANDS:
+        return
+    missing = [name for name in SERVICE_MODULES if importlib.util.find_spec(name) is None]
+    if missing:  # "\\[" keeps Rich from taking [service] for markup
+        _fail(f"`paretune {ctx.invoked_subcommand}` runs the control plane, which this install lacks "
+              f"({', '.join(missing)}): pip install 'paretune\\[service]'")
+
 
 @app.command()
 def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
@@ -85,6 +102,21 @@ def db_upgrade() -> None:
     db = Database(Settings.from_env().database_url)
     upgrade(db.engine)
     console.print(f"schema is current on {db.engine.url.render_as_string(hide_password=True)}")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Show the database's schema revision against this release's; exit 1 while it is behind
+    (the migration job has not run yet)."""
+    from service.config import Settings
+    from service.store.db import Database
+    from service.store.migrate import schema_state
+
+    db = Database(Settings.from_env().database_url)
+    state = schema_state(db.engine)
+    console.print(f"database revision {state.current or '(none)'}, this release {state.head}: {state.status}")
+    if state.status == "behind":
+        raise typer.Exit(1)
 
 
 @token_app.command("create")

@@ -27,6 +27,7 @@ class Settings:
     keep_alive_s: float = 75.0  # idle HTTP connections are kept this long (longer than clients keep them)
     auth_failure_limit: int = 20  # failed authentications per client per window before 429s
     auth_failure_window_s: float = 60.0
+    migrate_on_start: bool = True  # false: a migration job upgrades the schema, replicas only check it
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -42,6 +43,7 @@ class Settings:
             poll_interval_s=float(os.environ.get("PARETUNE_POLL_INTERVAL_S", 0.5)),
             schedule_interval_s=float(os.environ.get("PARETUNE_SCHEDULE_INTERVAL_S", 1.0)),
             auth_failure_limit=int(os.environ.get("PARETUNE_AUTH_FAILURE_LIMIT", 20)),
+            migrate_on_start=os.environ.get("PARETUNE_MIGRATE_ON_START", "true").lower() not in ("0", "false", "no"),
         )
 
     @property

@@ -117,11 +117,19 @@ class LiveService:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
         for proc in [*self.children, self.process]:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            end_process_group(proc, timeout=15)
+
+
+def end_process_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+    """Signal a process started with start_new_session=True and its children; SIGKILL
+    what is still there after `timeout`."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def start_service(db_url: str, workdir: Path, extra_env: dict[str, str] | None = None) -> LiveService:

@@ -19,6 +19,8 @@ import httpx
 from pydantic import BaseModel
 
 from workers.contract import (
+    CONTRACT_HEADER,
+    CONTRACT_VERSION,
     HeartbeatRequest,
     HeartbeatResponse,
     Lease,
@@ -115,7 +117,8 @@ class ControlPlaneClient:
         self.timeout_s = timeout_s
         self._http = httpx.Client(
             base_url=self.server,
-            headers={"Authorization": f"Bearer {token}", "User-Agent": "paretune-worker"},
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "paretune-worker",
+                     CONTRACT_HEADER: str(CONTRACT_VERSION)},
             timeout=timeout_s,
             # idle connections are dropped well before the server closes them (it keeps them
             # 75 s), so a request never goes out on a connection the server is closing

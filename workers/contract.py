@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 CONTRACT_VERSION = 1
+CONTRACT_HEADER = "X-Paretune-Contract"  # every worker request names its CONTRACT_VERSION
 
 
 class FailureReason(StrEnum):

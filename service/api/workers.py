@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Depends, Path, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.accounts.tokens import Principal
+from service.api.compat import check_worker_contract
 from service.api.deps import MAX_ID, AppState, PrincipalDep, ReadSession, StateDep, WriteSession
 from service.api.schemas import ERROR_RESPONSES, WorkerOut
 from service.domain.storable import storable
@@ -20,7 +21,8 @@ from service.trials import leases
 from service.trials.workers import WorkerInfo
 from workers import contract as wire
 
-router = APIRouter(prefix="/v1", tags=["workers"], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["workers"], responses=ERROR_RESPONSES,
+                   dependencies=[Depends(check_worker_contract)])
 LeaseToken = Annotated[str, Path(min_length=1, max_length=64, description="the lease's token")]
 
 
