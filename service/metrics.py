@@ -171,9 +171,18 @@ class Metrics:
             registry=self.registry, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
         )
         self.result_seconds = Histogram(
-            "paretune_result_seconds", "Time to record one result (tell, front, refill)",
+            "paretune_result_seconds", "Time to record one result (one trial row)",
             registry=self.registry, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )
+        self.step_seconds = Histogram(
+            "paretune_step_seconds", "Time one scheduling step holds its study's lock (tell, front, ask)",
+            registry=self.registry, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )
+        self.write_lock_seconds = Histogram(
+            "paretune_write_lock_seconds", "Time a transaction holds SQLite's single write lock (embedded only)",
+            registry=self.registry, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )
+        db.on_write_lock_held = self.write_lock_seconds.observe
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -64,14 +64,48 @@ def run(client: httpx.Client, worker_id: int, max_results: int | None = None, wa
     return done
 
 
+def run_resilient(client: httpx.Client, delay_s: float) -> None:
+    """Work like a real agent: `delay_s` per trial; a control plane or database that is
+    away, or a lease that was lost, is waited out or dropped, never a reason to stop."""
+    worker_id = None
+    held = None
+    while True:
+        try:
+            if worker_id is None:
+                worker_id = register(client)
+                print("registered", worker_id, flush=True)
+            if held is None:
+                r = client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 2.0})
+                if r.status_code == 404:
+                    worker_id = None  # a database the service no longer has us in
+                    continue
+                r.raise_for_status()
+                held = r.json() if r.status_code == 200 else None
+                continue
+            time.sleep(delay_s)
+            r = client.post(f"/v1/leases/{held['token']}/result", json=result_for(held["trial"]))
+            if r.status_code == 409:
+                print(f"lease of trial {held['trial']['number']} lost: {r.text[:200]}", flush=True)
+            else:
+                r.raise_for_status()
+            held = None
+        except (httpx.HTTPError, ValueError) as exc:
+            print(f"retrying after: {exc!r}"[:300], flush=True)
+            time.sleep(0.3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("token")
     parser.add_argument("--stall-after", type=int, default=None)
     parser.add_argument("--max", type=int, default=None)
+    parser.add_argument("--resilient", action="store_true", help="outlive outages, as an agent does")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds each trial takes (--resilient)")
     args = parser.parse_args()
     with httpx.Client(base_url=args.url, timeout=60, headers={"Authorization": f"Bearer {args.token}"}) as client:
+        if args.resilient:
+            run_resilient(client, args.delay)
         worker_id = register(client)
         print("registered", worker_id, flush=True)
         run(client, worker_id, max_results=args.max, wait_s=5.0, stall_after=args.stall_after, idle_exit=False)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from service.config import Settings
 from service.notify import Notifier
@@ -21,12 +22,13 @@ from service.scheduling.step import StepReport, pending_studies, run_step
 from service.store.db import Database
 
 log = logging.getLogger("paretune.scheduling")
-CONCURRENT_STEPS = 4
+CONCURRENT_STEPS = 2  # steps are mostly Python: more at once only lengthen each one's hold of its lock
 RETRY_BUSY_S = 0.2  # another replica held the study's lock: look again soon
 
 
 class Scheduler:
-    def __init__(self, db: Database, cache: MirrorCache, notifier: Notifier, settings: Settings) -> None:
+    def __init__(self, db: Database, cache: MirrorCache, notifier: Notifier, settings: Settings,
+                 observe: Callable[[float], None] = lambda seconds: None) -> None:
         self.db = db
         self.cache = cache
         self.notifier = notifier
@@ -38,6 +40,7 @@ class Scheduler:
         self._slots = asyncio.Semaphore(CONCURRENT_STEPS)
         self._running: set[int] = set()
         self.steps = 0
+        self.observe = observe  # how long each step held its study's lock
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -117,4 +120,6 @@ class Scheduler:
             log.exception("the scheduling step of study %d failed; it will be retried", study_id)
             return StepReport(study_id, "", more=False)
         self.steps += 1
+        if report is not None and report.locked_at:  # from the study's lock to the commit
+            self.observe(time.perf_counter() - report.locked_at)
         return report

@@ -30,7 +30,7 @@ from service.trials.queries import LIGHT
 from service.trials.transitions import touch, touch_ids
 
 ASKS_PER_STEP = 64  # one step asks for at most this many trials...
-ASK_BUDGET_S = 0.05  # ...and stops asking after this long; the next step asks for the rest
+ASK_UNTIL_S = 0.025  # ...and stops asking this long after taking the lock; the next step asks for the rest
 TELLS_PER_STEP = 1000
 
 
@@ -42,6 +42,7 @@ class StepReport:
     queued: int = 0
     more: bool = False  # the study has more to do right away (another step)
     changed: bool = False
+    locked_at: float = 0.0  # perf_counter() when the study's lock was taken
 
 
 def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool = False) -> StepReport | None:
@@ -50,7 +51,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     if study is None:
         exists = session.execute(select(Study.id).where(Study.id == study_id)).scalar_one_or_none()
         return None if exists is not None else StepReport(study_id, "")
-    report = StepReport(study.id, study.pool)
+    report = StepReport(study.id, study.pool, locked_at=time.perf_counter())
     untold = list(session.execute(
         select(Trial).options(*LIGHT).where(Trial.study_id == study.id, Trial.told.is_(False),
                                             Trial.state.in_([s.value for s in TRIAL_FINISHED]))
@@ -63,9 +64,8 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         _account(session, study, mirror, untold)
         report.accounted = len(untold)
         report.more = len(untold) == TELLS_PER_STEP
-    report.queued = _settle_and_refill(session, study, mirror)
-    if report.queued == ASKS_PER_STEP:
-        report.more = True
+    report.queued, room = _settle_and_refill(session, study, mirror, report.locked_at + ASK_UNTIL_S)
+    report.more = report.more or report.queued < room  # the next step asks for the rest
     report.changed = bool(report.accounted or report.queued)
     if report.changed:
         lifecycle.touch(session, study)
@@ -107,25 +107,27 @@ def counts_of(session: Session, study: Study) -> schedule.Counts:
     )
 
 
-def _settle_and_refill(session: Session, study: Study, mirror: Mirror) -> int:
+def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline: float) -> tuple[int, int]:
+    """(trials queued now, trials the study has room for)."""
     counts = counts_of(session, study)
     settlement = schedule.settle(counts, study.finish_reason)
     if settlement is not None:
         lifecycle.apply_settlement(session, study, settlement)
-        return 0
-    queued = _ask(session, study, mirror, schedule.asks_wanted(counts, ASKS_PER_STEP))
+        return 0, 0
+    room = schedule.asks_wanted(counts, study.max_trials)
+    queued = _ask(session, study, mirror, min(room, ASKS_PER_STEP), deadline)
     if study.n_created >= study.max_trials:  # the budget, or the space, is spent: done once all report
         settlement = schedule.settle(counts_of(session, study), study.finish_reason)
         if settlement is not None:
             lifecycle.apply_settlement(session, study, settlement)
-    return queued
+        room = queued
+    return queued, room
 
 
-def _ask(session: Session, study: Study, mirror: Mirror, wanted: int) -> int:
-    started = time.perf_counter()
+def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, deadline: float) -> int:
     asked: list[tuple[Trial, int]] = []
     for seq in next_seqs(session, wanted):
-        if asked and time.perf_counter() - started > ASK_BUDGET_S:
+        if asked and time.perf_counter() > deadline:
             break
         try:
             params, sampler_state, optuna_id = mirror.ask(study.n_created)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
@@ -36,6 +37,8 @@ class Database:
         event.listen(self.sessions, "after_rollback", _forget_after_commit)
         # a plain Lock: a request's session may be opened and closed on different threads
         self._write_lock = threading.Lock()
+        self._locked_at = 0.0
+        self.on_write_lock_held: Callable[[float], None] = lambda seconds: None
         # Threads that may wait for a connection (or for SQLite's write lock) are never the
         # threads that run endpoints: a request first gets its connection on a `jobs`
         # thread, then runs its endpoint on the framework's threads, then commits on a
@@ -58,12 +61,12 @@ class Database:
         locked = write and self.is_sqlite
         if locked:
             assert self._lock_waiters is not None
-            await loop.run_in_executor(self._lock_waiters, self._write_lock.acquire)
+            await loop.run_in_executor(self._lock_waiters, self._acquire)
         try:
             connection = await loop.run_in_executor(self._jobs, self.engine.connect)
         except BaseException:
             if locked:
-                self._write_lock.release()
+                self._release()
             raise
         session = self.sessions(bind=connection)
         try:
@@ -84,13 +87,30 @@ class Database:
             session.close()
             connection.close()
             if locked:
-                self._write_lock.release()
+                self._release()
+
+    def _acquire(self) -> None:
+        self._write_lock.acquire()
+        self._locked_at = time.perf_counter()
+
+    def _release(self) -> None:
+        held = time.perf_counter() - self._locked_at
+        self._write_lock.release()
+        self.on_write_lock_held(held)
+
+    @contextmanager
+    def _held(self) -> Iterator[None]:
+        self._acquire()
+        try:
+            yield
+        finally:
+            self._release()
 
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A session whose transaction commits at the end of the block (or rolls back)."""
         if self.is_sqlite:
-            with self._write_lock, self.sessions() as session, session.begin():
+            with self._held(), self.sessions() as session, session.begin():
                 session.execute(text("SELECT 1"))  # open the transaction eagerly
                 yield session
         else:
