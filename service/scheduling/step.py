@@ -90,7 +90,9 @@ def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]
     here = {t.id: t for t in completed}
     for trial_id in left & here.keys():
         here[trial_id].on_front = False
-    touch(session, completed)  # their ratios, front membership and index are new
+    # new sequence numbers: their ratios, front membership and index are new, and an event
+    # stream that read past a result committed late sees the trial again now
+    touch(session, untold)
     touch_ids(session, left - here.keys(), on_front=False)  # event streams see them leave the front
 
 
