@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,9 +80,16 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
         total = studies * trials_per_study
         cpu_before = cpu_seconds(service.process.pid)
         started = time.monotonic()
-        subprocess.run([sys.executable, str(ROOT / "bench" / "fleet_clients.py"), service.url, str(token_file),
-                        "--workers", str(workers), "--until", str(total), "--seconds", "900",
-                        "--out", str(out)], check=True)
+        clients = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fleet_clients.py"), service.url,
+                                    str(token_file), "--workers", str(workers), "--until", str(total),
+                                    "--seconds", "900", "--out", str(out)])
+        try:
+            if clients.wait() != 0:
+                raise RuntimeError(f"the simulated workers exited with status {clients.returncode}")
+        finally:
+            if clients.poll() is None:
+                clients.kill()
+                clients.wait()
         wall = time.monotonic() - started
         server_cpu = cpu_seconds(service.process.pid) - cpu_before
         data = json.loads(out.read_text())
@@ -176,7 +184,17 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print(" | ".join(str(row.get(c, "")) for c in columns))
 
 
+def _stop_on_sigterm() -> None:
+    """A SIGTERM (a timeout) unwinds like Ctrl-C, so the service and the simulated workers
+    this benchmark started are stopped rather than left running."""
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main() -> None:
+    _stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", default="single,studies,wide,rdb")
     parser.add_argument("--workers", type=int, default=200)
