@@ -167,7 +167,8 @@ def _make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
-    return create_engine(url, pool_size=20, max_overflow=40, pool_pre_ping=True)
+    # steady connections for the request, job and finish threads; few made and dropped under load
+    return create_engine(url, pool_size=30, max_overflow=10, pool_pre_ping=True)
 
 
 def is_postgres(session: Session) -> bool:
