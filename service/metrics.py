@@ -22,8 +22,9 @@ from sqlalchemy.orm import Session
 from service.store.db import Database
 from service.store.models import Study, Trial, Worker, as_utc, utcnow
 
-ACTIVE_STATES = ("queued", "running", "paused")
-FINISHED_COLUMNS = {"completed": Study.n_completed, "failed": Study.n_failed, "cancelled": Study.n_cancelled}
+ACTIVE_STATES = ("queued", "running", "paused", "screened")
+FINISHED_COLUMNS = {"completed": Study.n_completed, "failed": Study.n_failed, "cancelled": Study.n_cancelled,
+                    "screened_out": Study.n_screened_out}
 LIVE_WORKER_S = 120.0  # a worker that spoke within this long is live (it long-polls every ~10 s)
 POWER_WINDOW_S = 600.0  # power of trials finished this recently
 POWER_RECENT_TRIALS = 500  # newest trials read for power

@@ -118,7 +118,8 @@ class HeldLease:
             return describe_lease(self.lease.validation)
         t = self.lease.trial
         assert t is not None
-        return f"trial {t.trial_id} (study {t.study_id} #{t.number}, attempt {t.attempt})"
+        stage = f", {t.stage} stage" if t.stage else ""
+        return f"trial {t.trial_id} (study {t.study_id} #{t.number}, attempt {t.attempt}{stage})"
 
     def drop(self, why: str) -> None:
         if not self.cancel.is_set():

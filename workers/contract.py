@@ -92,6 +92,8 @@ class MeasureSettings(BaseModel):
     target_s: float = Field(default=0.3, gt=0, le=3600)  # time budget per measurement
     hot_window_s: float = Field(default=1.0, gt=0, le=600)  # GPU hot window (energy, runtime_ms)
     confidence: float = Field(default=0.95, gt=0, lt=1)
+    # exactly this many cold samples per shape (a screening stage); None: as many as target_s allows
+    cold_samples: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
 class TrialSpec(BaseModel):
@@ -108,6 +110,8 @@ class TrialSpec(BaseModel):
     compile_timeout_s: float
     run_timeout_s: float
     measure: MeasureSettings = Field(default_factory=MeasureSettings)
+    # a study that screens: "screen" (objectives and measure are the screen's) or "full"
+    stage: Literal["screen", "full"] | None = None
 
 
 class ValidationCandidate(BaseModel):

@@ -73,6 +73,7 @@ class Progress(BaseModel):
     completed: int
     failed: int
     cancelled: int
+    screened_out: int = Field(description="finished at the screening stage: not measured fully")
     in_flight: int
 
 
@@ -99,20 +100,36 @@ class StudyOut(BaseModel):
 
     @classmethod
     def of(cls, study: Study, with_document: bool = False) -> StudyOut:
-        active = study.n_created - study.n_completed - study.n_failed - study.n_cancelled
+        active = study.n_created - study.n_completed - study.n_failed - study.n_cancelled - study.n_screened_out
         return cls(
             id=study.id, name=study.name, state=study.state, finish_reason=study.finish_reason,
             pool=study.pool, backend=study.backend, sampler=study.sampler,
             objectives=[ObjectiveOut(**o) for o in study.objectives], parallelism=study.parallelism,
             progress=Progress(max_trials=study.max_trials, created=study.n_created,
                               completed=study.n_completed, failed=study.n_failed,
-                              cancelled=study.n_cancelled, in_flight=active),
+                              cancelled=study.n_cancelled, screened_out=study.n_screened_out,
+                              in_flight=active),
             best=study.best or {}, baseline=study.baseline_values, hypervolume=study.hypervolume,
             front_size=study.front_size,
             reference_point={o["name"]: r for o, r in zip(study.objectives, study.reference_point, strict=True)},
             created_at=study.created_at, updated_at=study.updated_at, finished_at=study.finished_at,
             document=study.document if with_document else None,
         )
+
+
+class ScreeningOut(BaseModel):
+    """A trial's screening stage: measured cheaply before any full measurement. Its values
+    are screening values, never objective values (`values` of the trial holds those)."""
+
+    values: dict[str, float] = Field(description="screened metric -> screening value (median)")
+    intervals: dict[str, list[float]] = Field(description="screened metric -> [low, high], its confidence interval")
+    units: dict[str, str] = Field(default_factory=dict)
+    worker_id: int | None = Field(default=None, description="the worker that ran the screen")
+    timings: dict[str, float] = Field(default_factory=dict)
+    promoted: bool | None = Field(default=None, description="measured fully; null while undecided")
+    dominated_by: int | None = Field(default=None, description="screened out: the front trial (number) that beat it")
+    told: dict[str, float] | None = Field(default=None, description="screened out: the values the sampler heard")
+    reason: str | None = None
 
 
 class TrialOut(BaseModel):
@@ -122,12 +139,14 @@ class TrialOut(BaseModel):
     study_id: int
     number: int
     state: str
+    stage: str | None = Field(default=None, description="studies that screen: screen or full")
     is_baseline: bool
     config: dict[str, Any]
     values: dict[str, float] | None
     relative: dict[str, float] | None
     feasible: bool | None
     on_front: bool
+    screening: ScreeningOut | None = None
     attempt: int
     phase: str | None
     failure_reason: str | None

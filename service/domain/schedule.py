@@ -24,11 +24,12 @@ class Counts:
     max_failed: int
     parallelism: int
     past_wall_time: bool = False
+    screened_out: int = 0
 
     @property
     def active(self) -> int:
-        """Trials created and not yet finished: waiting (queued, paused) or running."""
-        return self.created - self.completed - self.failed - self.cancelled
+        """Trials created and not yet finished: waiting (queued, paused, screened) or running."""
+        return self.created - self.completed - self.failed - self.cancelled - self.screened_out
 
     @property
     def waiting(self) -> int:

@@ -105,6 +105,29 @@ class Limits(StrictModel):
     max_attempts: int = Field(default=3, ge=1, le=20)
 
 
+class Screen(StrictModel):
+    """The screening stage: every trial is measured this way first (service.domain.screening)."""
+
+    hot_window_s: float = Field(default=0.2, gt=0, le=600)  # GPU hot window (runtime_ms)
+    target_s: float = Field(default=0.05, gt=0, le=3600)  # host-timed backends: time per sample set
+    cold_samples: int = Field(default=50, ge=1, le=100_000)  # cold samples per shape (latency_ms, p99_ms)
+    objectives: list[ShortText] | None = Field(default=None, max_length=16)  # default: see screening._screened
+
+
+class Promote(StrictModel):
+    """Which screened trials are measured fully (service.domain.screening)."""
+
+    margins: dict[ShortText, Annotated[float, Field(ge=0, le=10)]] = Field(default_factory=dict, max_length=16)
+    energy_runtime_ratio: float | None = Field(default=None, ge=1.0, le=1000)  # default: see screening
+
+
+class StudyMeasure(MeasureSettings):
+    """The full measurement's settings, and optionally a screening stage before it."""
+
+    screen: Screen | None = None
+    promote: Promote | None = None
+
+
 class StudyDocument(StrictModel):
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=10_000)
@@ -118,7 +141,7 @@ class StudyDocument(StrictModel):
     parallelism: int = Field(default=4, ge=1, le=MAX_PARALLELISM)
     pool: str = Field(default="default", min_length=1, max_length=100)
     limits: Limits = Field(default_factory=Limits)
-    measure: MeasureSettings = Field(default_factory=MeasureSettings)
+    measure: StudyMeasure = Field(default_factory=StudyMeasure)
     reference_point: dict[ShortText, float] | None = Field(default=None, max_length=8)  # ratios to the baseline
 
     @field_validator("objectives", mode="after")

@@ -101,8 +101,8 @@ class Scheduler:
             assert self._loop is not None
             self._loop.call_later(RETRY_BUSY_S, self._add, (study_id,))
             return
-        if report.queued:
-            self.notifier.notify_some(f"pool:{report.pool}", report.queued)
+        if report.queued or report.promoted:
+            self.notifier.notify_some(f"pool:{report.pool}", report.queued + report.promoted)
         if report.changed:
             self.notifier.notify(f"study:{study_id}", "studies")
         if report.more:

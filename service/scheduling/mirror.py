@@ -25,8 +25,9 @@ from optuna.trial import TrialState as OptunaState
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from service.domain.results import constraint_value
 from service.domain.space import MAX_GRID_POINTS, SearchSpace
-from service.domain.states import TRIAL_FINISHED
+from service.domain.states import TRIAL_FINISHED, TrialState
 from service.scheduling import samplers
 from service.store.models import Study, Trial
 from service.trials.queries import LIGHT
@@ -52,6 +53,7 @@ class Mirror:
         self.study_id = study.id
         self.objectives = [o["name"] for o in study.objectives]
         self.directions = [o["direction"] for o in study.objectives]
+        self.constraints = doc["constraints"]
         self.space = SearchSpace.parse(doc["space"])
         self.is_grid = sampler["name"] == "grid"
         self.failures_as_infeasible = sampler["name"] in samplers.CONSTRAINT_SAMPLERS
@@ -178,12 +180,27 @@ class Mirror:
         Samplers that handle constraints hear of a trial that failed because of its
         configuration (compile error, wrong result, crash, timeout) as infeasible, so that
         they learn to avoid its region; a failure that says nothing about the configuration
-        (lease expired, cancelled, unsupported) is a plain failure."""
+        (lease expired, cancelled, unsupported) is a plain failure.
+
+        A trial measured fully is told once, with its full values, when that stage completes
+        (until then the sampler holds it as running). A trial screened out is told complete
+        with what the screen measured, and the objectives it did not measure as the
+        promotion rule bounded them (service.domain.screening.told_values): values the front
+        member that screened it out dominates, as it does; of its constraints, those on
+        screened metrics."""
         constraints: dict[str, float] = {}
+        if row.state == TrialState.SCREENED_OUT and row.screening and row.screening.get("told"):
+            values = self._note([float(row.screening["told"][name]) for name in self.objectives])
+            if self.failures_as_infeasible:
+                constraints[f"{CONSTRAINT_PREFIX}failed"] = 0.0
+            screened = row.screening.get("values") or {}
+            for i, constraint in enumerate(self.constraints):
+                if constraint["metric"] in screened:
+                    measured = float(screened[constraint["metric"]])
+                    constraints[f"{CONSTRAINT_PREFIX}{i}"] = constraint_value(constraint, measured)
+            return OptunaState.COMPLETE, values, constraints
         if row.state == "completed" and row.values:
-            values = [float(row.values[name]) for name in self.objectives]
-            self._worst = [max(w, v) if d == "minimize" else min(w, v)
-                           for w, v, d in zip(self._worst or values, values, self.directions, strict=True)]
+            values = self._note([float(row.values[name]) for name in self.objectives])
             if self.failures_as_infeasible:
                 constraints[f"{CONSTRAINT_PREFIX}failed"] = 0.0
             for i, v in enumerate(row.constraint_values or []):
@@ -194,6 +211,12 @@ class Mirror:
             # the values of an infeasible trial rank it nowhere; the worst seen keeps them plausible
             return OptunaState.COMPLETE, list(self._worst or [0.0] * len(self.objectives)), constraints
         return OptunaState.FAIL, None, constraints
+
+    def _note(self, values: list[float]) -> list[float]:
+        """Values told complete: the worst seen so far follows them."""
+        self._worst = [max(w, v) if d == "minimize" else min(w, v)
+                       for w, v, d in zip(self._worst or values, values, self.directions, strict=True)]
+        return values
 
 
 def config_key(params: dict[str, Any]) -> str:

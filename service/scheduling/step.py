@@ -5,6 +5,7 @@ One step is one short transaction under the study's lock (taken with SKIP LOCKED
 Postgres, so a replica that finds another one stepping the study moves on):
 1. account for the trials that finished since the last step (`told` false): tell the
    sampler, count them, update the front, the ratios to the baseline and the hypervolume;
+   then decide on the trials whose screening stage reported (service.scheduling.promotion);
 2. settle the study (budget spent, too many failures, wall time over);
 3. ask the sampler for new trials until `parallelism` are in flight, at most a batch.
 Everything is committed together, so a replica that dies mid-step leaves nothing half
@@ -20,8 +21,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.domain import schedule
-from service.domain.states import STUDY_FINISHED, TRIAL_FINISHED, TrialState
-from service.scheduling import fronts
+from service.domain import study_doc as sd
+from service.domain.states import STUDY_FINISHED, TRIAL_REPORTED, TrialState
+from service.scheduling import fronts, promotion
 from service.scheduling.mirror import Mirror, MirrorCache, SpaceExhausted
 from service.store.db import lock_study, next_seqs
 from service.store.models import Study, Trial
@@ -40,6 +42,7 @@ class StepReport:
     pool: str
     accounted: int = 0
     queued: int = 0
+    promoted: int = 0  # screened trials queued again for their full stage
     more: bool = False  # the study has more to do right away (another step)
     changed: bool = False
     locked_at: float = 0.0  # perf_counter() when the study's lock was taken
@@ -54,14 +57,14 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     report = StepReport(study.id, study.pool, locked_at=time.perf_counter())
     untold = list(session.execute(
         select(Trial).options(*LIGHT).where(Trial.study_id == study.id, Trial.told.is_(False),
-                                            Trial.state.in_([s.value for s in TRIAL_FINISHED]))
+                                            Trial.state.in_([s.value for s in TRIAL_REPORTED]))
         .order_by(Trial.finished_at, Trial.id).limit(TELLS_PER_STEP)
     ).scalars())
     if not untold and study.state in STUDY_FINISHED:
         return report
     mirror = cache.get(session, study)
     if untold:
-        _account(session, study, mirror, untold)
+        report.promoted = _account(session, study, mirror, untold)
         report.accounted = len(untold)
         report.more = len(untold) == TELLS_PER_STEP
     report.queued, room = _settle_and_refill(session, study, mirror, report.locked_at + ASK_UNTIL_S)
@@ -72,12 +75,17 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     return report
 
 
-def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]) -> None:
+def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]) -> int:
+    """Returns how many screened trials were queued for their full stage."""
     if mirror.front is None:
         mirror.front = fronts.load_front(session, study.id)
     completed: list[Trial] = []
+    screened: list[Trial] = []
     left: set[int] = set()  # pushed off the front
     for trial in untold:
+        if trial.state == TrialState.SCREENED:  # decided against the front once it is up to date
+            screened.append(trial)
+            continue
         mirror.learn(trial)
         trial.told = True
         if trial.state == TrialState.COMPLETED:
@@ -94,6 +102,7 @@ def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]
     # stream that read past a result committed late sees the trial again now
     touch(session, untold)
     touch_ids(session, left - here.keys(), on_front=False)  # event streams see them leave the front
+    return promotion.decide(session, study, mirror, screened) if screened else 0
 
 
 def counts_of(session: Session, study: Study) -> schedule.Counts:
@@ -103,8 +112,8 @@ def counts_of(session: Session, study: Study) -> schedule.Counts:
     ).scalar_one()
     return schedule.Counts(
         state=study.state, created=study.n_created, completed=study.n_completed, failed=study.n_failed,
-        cancelled=study.n_cancelled, running=int(running), max_trials=study.max_trials,
-        max_failed=study.max_failed_trials, parallelism=study.parallelism,
+        cancelled=study.n_cancelled, screened_out=study.n_screened_out, running=int(running),
+        max_trials=study.max_trials, max_failed=study.max_failed_trials, parallelism=study.parallelism,
         past_wall_time=lifecycle.past_wall_time(study),
     )
 
@@ -128,6 +137,9 @@ def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline:
 
 def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, deadline: float) -> int:
     asked: list[tuple[Trial, int]] = []
+    screen = study.document["measure"].get("screen")
+    stage = "screen" if screen else None  # a study that screens measures every trial so first
+    requires_energy = bool(set(screen["objectives"]) & sd.ENERGY_OBJECTIVES) if screen else study.requires_energy
     for seq in next_seqs(session, wanted):
         if asked and time.perf_counter() > deadline:
             break
@@ -144,7 +156,8 @@ def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, deadline: 
             seq=seq,
             pool=study.pool,
             backend=study.backend,
-            requires_energy=study.requires_energy,
+            requires_energy=requires_energy,
+            stage=stage,
             is_baseline=study.n_created == 0,
             config=params,
             sampler_state=sampler_state,
@@ -162,9 +175,9 @@ def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, deadline: 
 def pending_studies(session: Session, limit: int = 1000) -> list[int]:
     """Studies with work for their step: untold finished trials, or room for more trials."""
     untold = select(Trial.study_id).where(
-        Trial.told.is_(False), Trial.state.in_([s.value for s in TRIAL_FINISHED])
+        Trial.told.is_(False), Trial.state.in_([s.value for s in TRIAL_REPORTED])
     ).distinct()
-    active = Study.n_created - Study.n_completed - Study.n_failed - Study.n_cancelled
+    active = Study.n_created - Study.n_completed - Study.n_failed - Study.n_cancelled - Study.n_screened_out
     room = select(Study.id).where(
         Study.state == "running", Study.n_created < Study.max_trials, active < Study.parallelism
     )

@@ -107,6 +107,7 @@ class Study(Base):
     n_completed: Mapped[int] = mapped_column(Integer, default=0)
     n_failed: Mapped[int] = mapped_column(Integer, default=0)
     n_cancelled: Mapped[int] = mapped_column(Integer, default=0)
+    n_screened_out: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     baseline_values: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     reference_point: Mapped[list[Any]] = mapped_column()  # relative to the baseline, minimisation
     hypervolume: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -134,7 +135,9 @@ class Trial(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
     number: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(16))  # queued|paused|running|completed|failed|cancelled
+    state: Mapped[str] = mapped_column(String(16))  # service.domain.states.TrialState
+    # studies with a screen: the stage the trial is in or finished in (screen | full); else None
+    stage: Mapped[str | None] = mapped_column(String(8), nullable=True)
     seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), default=0)
     pool: Mapped[str] = mapped_column(String(100))
     backend: Mapped[str] = mapped_column(String(32))
@@ -158,6 +161,9 @@ class Trial(Base):
     told: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     completed_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     hypervolume_after: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the screening stage's result and what became of it (api.schemas.ScreeningOut); never
+    # objective values: `values` holds the full stage's only
+    screening: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     failure_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     log: Mapped[str | None] = mapped_column(Text, nullable=True)

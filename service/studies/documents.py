@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from service.domain import screening
 from service.domain import study_doc as sd
 from service.domain.space import SearchSpace
 from service.errors import Invalid, invalid_from_pydantic
@@ -69,6 +70,7 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
         reference_point=sd.reference_point(doc, objectives),
     )
     normalised["sampler"]["name"] = sampler
+    _stages(normalised["measure"], doc, objectives, kernel.backend)
     energy = {o["name"] for o in objectives} & ENERGY_METRICS
     if energy and kernel.backend in GPU_BACKENDS and "hot_window_s" not in doc.measure.model_fields_set:
         normalised["measure"]["hot_window_s"] = ENERGY_HOT_WINDOW_S
@@ -78,3 +80,16 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     if grid is not None:  # the whole grid, after the baseline
         budget["max_trials"] = min(budget["max_trials"], grid + 1)
     return normalised
+
+
+def _stages(measure: dict[str, Any], doc: sd.StudyDocument, objectives: list[dict[str, str]], backend: str) -> None:
+    """`measure.screen` and `measure.promote` resolved with their defaults; a study without
+    a screen keeps neither key."""
+    measure.pop("screen", None)
+    measure.pop("promote", None)
+    if doc.measure.screen is not None:
+        measure["screen"], measure["promote"] = screening.resolve(objectives, backend, doc.measure.screen,
+                                                                  doc.measure.promote)
+    elif doc.measure.promote is not None:
+        raise sd.DocumentError("measure.promote",
+                               "a promotion rule needs a screening stage: add measure.screen ({} for its defaults)")

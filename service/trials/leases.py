@@ -20,7 +20,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.domain import results
+from service.domain import results, screening
 from service.domain.states import TRIAL_FINISHED, StudyState, TrialState, after_expired_lease
 from service.domain.storable import storable, storable_text
 from service.errors import Conflict
@@ -33,6 +33,14 @@ from workers import contract as wire
 
 
 @dataclass(frozen=True)
+class Screen:
+    """A study's screening stage: what it measures and how."""
+
+    objectives: list[str]
+    measure: wire.MeasureSettings
+
+
+@dataclass(frozen=True)
 class StudySpec:
     """What leases and results need of a study: its document never changes after creation."""
 
@@ -41,6 +49,7 @@ class StudySpec:
     kernel: wire.KernelSpec
     measure: wire.MeasureSettings
     limits: dict[str, Any]
+    screen: Screen | None = None
 
 
 class StudySpecs:
@@ -58,12 +67,15 @@ class StudySpecs:
                 self._specs.move_to_end(study_id)
                 return spec
         document = session.execute(select(Study.document).where(Study.id == study_id)).scalar_one()
+        full, screen = screening.screen_measure(document["measure"])
         spec = StudySpec(
             objectives=document["objectives"],
             constraints=document["constraints"],
             kernel=wire.KernelSpec.model_validate(document["kernel"]),
-            measure=wire.MeasureSettings.model_validate(document["measure"]),
+            measure=wire.MeasureSettings.model_validate(full),
             limits=document["limits"],
+            screen=None if screen is None else Screen(document["measure"]["screen"]["objectives"],
+                                                      wire.MeasureSettings.model_validate(screen)),
         )
         with self._lock:
             self._specs[study_id] = spec
@@ -84,6 +96,7 @@ class Leased:
     config: dict[str, Any]
     lease_token: str
     lease_expires_at: datetime
+    stage: str | None = None
 
 
 def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> Leased | None:
@@ -106,12 +119,15 @@ def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> Leased 
         lease_token=secrets.token_urlsafe(32), lease_expires_at=now + timedelta(seconds=settings.lease_s),
         attempt=Trial.attempt + 1, worker_id=worker.id, started_at=now, phase="leased",
     ).returning(Trial.id, Trial.study_id, Trial.number, Trial.attempt, Trial.is_baseline, Trial.config,
-                Trial.lease_token, Trial.lease_expires_at)
+                Trial.lease_token, Trial.lease_expires_at, Trial.stage)
     row = session.execute(stmt).one_or_none()
     return Leased(*row) if row is not None else None
 
 
 def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Lease:
+    objectives, measure = [o["name"] for o in spec.objectives], spec.measure
+    if trial.stage == "screen" and spec.screen is not None:
+        objectives, measure = spec.screen.objectives, spec.screen.measure
     return wire.Lease(
         token=trial.lease_token,
         expires_at=trial.lease_expires_at,
@@ -125,10 +141,11 @@ def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Leas
             is_baseline=trial.is_baseline,
             kernel=spec.kernel,
             config=trial.config,
-            objectives=[o["name"] for o in spec.objectives],
+            objectives=objectives,
             compile_timeout_s=spec.limits["compile_timeout_s"],
             run_timeout_s=spec.limits["run_timeout_s"],
-            measure=spec.measure,
+            measure=measure,
+            stage=trial.stage,
         ),
     )
 
@@ -142,13 +159,14 @@ class Held:
     state: str
     worker_id: int
     lease_expires_at: datetime | None
+    stage: str | None = None
 
 
 def held_trial(session: Session, token: str, token_id: int, workers: WorkerDirectory) -> tuple[Held, WorkerInfo]:
     """The trial of a lease token and its worker, if that worker runs under API token
     `token_id` (several agents may share one worker token). Locked on Postgres."""
-    stmt = select(Trial.id, Trial.study_id, Trial.state, Trial.worker_id, Trial.lease_expires_at).where(
-        Trial.lease_token == token)
+    stmt = select(Trial.id, Trial.study_id, Trial.state, Trial.worker_id, Trial.lease_expires_at,
+                  Trial.stage).where(Trial.lease_token == token)
     if is_postgres(session):
         stmt = stmt.with_for_update()
     row = session.execute(stmt).one_or_none()
@@ -156,7 +174,7 @@ def held_trial(session: Session, token: str, token_id: int, workers: WorkerDirec
     if row is None or worker is None or worker.token_id != token_id:
         raise Conflict("unknown lease: it expired and was handed to another worker, or never existed",
                        field="token")
-    return Held(row.id, row.study_id, row.state, worker.id, row.lease_expires_at), worker
+    return Held(row.id, row.study_id, row.state, worker.id, row.lease_expires_at, row.stage), worker
 
 
 def _check_live(trial: Held, message: str) -> None:
@@ -180,8 +198,9 @@ def heartbeat(session: Session, trial: Held, phase: str | None, settings: Settin
 
 def record_result(session: Session, trial: Held, spec: StudySpec, worker: WorkerInfo,
                   result: wire.TrialResult) -> wire.ResultAck:
-    """Store a worker's result on its trial row: one statement. Idempotent per lease token."""
-    if trial.state in TRIAL_FINISHED:
+    """Store a worker's result on its trial row: one statement. Idempotent per lease token.
+    A screening stage's result makes the trial screened (its study's step decides on it)."""
+    if trial.state in TRIAL_FINISHED or trial.state == TrialState.SCREENED:
         return wire.ResultAck(trial_id=trial.id, state=trial.state, duplicate=True)
     _check_live(trial, "the lease has expired; the trial was handed back to the queue")
     fields: dict[str, Any] = storable(dict(
@@ -197,6 +216,8 @@ def record_result(session: Session, trial: Held, spec: StudySpec, worker: Worker
     state = TrialState.COMPLETED
     if result.status == "failed":
         state, fields["failure_reason"] = TrialState.FAILED, (result.failure_reason or wire.FailureReason.ERROR).value
+    elif trial.stage == "screen" and spec.screen is not None:
+        state = _screened(spec.screen, worker, result, fields)
     else:
         try:
             outcome = results.evaluate(spec.objectives, spec.constraints,
@@ -209,6 +230,29 @@ def record_result(session: Session, trial: Held, spec: StudySpec, worker: Worker
                           feasible=outcome.feasible)
     session.execute(move_where(session, TrialState.RUNNING, state, Trial.id == trial.id, **fields))
     return wire.ResultAck(trial_id=trial.id, state=state.value)
+
+
+def _screened(screen: Screen, worker: WorkerInfo, result: wire.TrialResult, fields: dict[str, Any]) -> TrialState:
+    """A screening result's fields: the screened metrics with their intervals (never objective
+    values); a result without them fails the trial as a full one would."""
+    try:
+        results.evaluate([{"name": name} for name in screen.objectives], [],
+                         {name: m.value for name, m in result.metrics.items()})
+    except results.Unusable as exc:
+        fields["message"] = f"{exc}. {fields['message']}".strip()
+        fields["failure_reason"] = wire.FailureReason.ERROR.value
+        return TrialState.FAILED
+    chosen = {name: result.metrics[name] for name in screen.objectives}
+    intervals = {name: screening.Interval.of(m.model_dump()) for name, m in chosen.items()}
+    fields["screening"] = storable(dict(
+        values={name: i.value for name, i in intervals.items()},
+        intervals={name: [i.low, i.high] for name, i in intervals.items()},
+        units={name: m.unit for name, m in chosen.items()},
+        worker_id=worker.id,
+        timings=result.timings,
+        promoted=None, dominated_by=None, told=None, reason=None,
+    ))
+    return TrialState.SCREENED
 
 
 def expire_leases(session: Session, limit: int = 200) -> tuple[set[int], set[str]]:

@@ -49,7 +49,10 @@ def test_every_trial_path_goes_through_running_to_finish() -> None:
                 with pytest.raises(IllegalTransition):
                     check_trial(old, new)
     finishing = {(old, new) for old, targets in TRIAL_TRANSITIONS.items() for new in targets if new in TRIAL_FINISHED}
-    assert {new for old, new in finishing if old != TrialState.RUNNING} == {TrialState.CANCELLED}
+    # besides cancellation, only a screened trial (leased and measured) finishes off a lease
+    assert {(old, new) for old, new in finishing if old != TrialState.RUNNING and new != TrialState.CANCELLED} == {
+        (TrialState.SCREENED, TrialState.SCREENED_OUT)}
+    assert [old for old, targets in TRIAL_TRANSITIONS.items() if TrialState.SCREENED in targets] == [TrialState.RUNNING]
     assert not any(StudyState.RUNNING in targets for state, targets in STUDY_TRANSITIONS.items()
                    if state != StudyState.PAUSED)
 

@@ -144,7 +144,8 @@ def _cold(
     flusher = L2Flusher()
     min_n = max(settings.min_repeats, P99_MIN_SAMPLES if "p99_ms" in objectives else 0)
     budget_s = settings.target_s / max(1, len(shapes))
-    count = plan_cold_samples(
+    # a screening stage names its count: few samples, their wider intervals carry the doubt
+    count = settings.cold_samples or plan_cold_samples(
         max(call_seconds), flusher.seconds, budget_s, min_n, max(settings.max_repeats, min_n)
     )
     start = time.perf_counter()

@@ -81,11 +81,12 @@ class CacheFlusher:
 def cold_samples(
     call: Callable[[], None], flusher: CacheFlusher, per_call_s: float, settings: MeasureSettings
 ) -> list[float]:
-    """Seconds of single calls, each after the caches were flushed."""
+    """Seconds of single calls, each after the caches were flushed: settings.cold_samples of
+    them (a screening stage), else as many as target_s allows within the repeat limits."""
     start = time.perf_counter()
     flusher.flush()
     flush_s = time.perf_counter() - start
-    reps = repetitions(settings.target_s, per_call_s + flush_s, settings)
+    reps = settings.cold_samples or repetitions(settings.target_s, per_call_s + flush_s, settings)
     samples = []
     for _ in range(reps):
         flusher.flush()

@@ -1,0 +1,67 @@
+"""What becomes of a study's screened trials, decided in its scheduling step against the front
+of its fully measured trials (service.domain.screening has the rule):
+- promoted: the same trial goes back to the queue for its full stage, where any worker of
+  the pool may take it (attempts count afresh; the sampler still holds it as running and
+  hears its full values when that stage completes);
+- screened out: it finishes with its screening values, which are never objective values,
+  and the sampler hears of it now (service.scheduling.mirror).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.domain import screening
+from service.domain.states import TrialState, waiting_state
+from service.scheduling.mirror import Mirror
+from service.store.models import Study, Trial
+from service.trials.transitions import move
+from workers.contract import FailureReason
+
+
+def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]) -> int:
+    """Decide every trial of `screened` (state screened); returns how many were queued."""
+    rule = screening.Rule.of(study.document["measure"]["promote"])
+    members = front_members(session, study.id)
+    queued = 0
+    for trial in screened:
+        data = dict(trial.screening or {})
+        decision = screening.decide(study.objectives, intervals(data), members, rule, baseline=trial.is_baseline)
+        data.update(promoted=decision.promote, dominated_by=decision.by, told=decision.told, reason=decision.reason)
+        if not decision.promote:
+            move(session, trial, TrialState.SCREENED_OUT, told=True, screening=data)
+            study.n_screened_out += 1
+            mirror.learn(trial)
+            continue
+        target = waiting_state(study.state)
+        fields: dict[str, Any] = dict(stage="full", attempt=0, lease_token=None, lease_expires_at=None,
+                                      worker_id=None, phase=None, requires_energy=study.requires_energy,
+                                      screening=data)
+        if target == TrialState.CANCELLED:  # its study finished while it was screened
+            fields.update(failure_reason=FailureReason.CANCELLED.value, told=True)
+            study.n_cancelled += 1
+        move(session, trial, target, **fields)
+        if target == TrialState.CANCELLED:
+            mirror.learn(trial)
+        queued += target == TrialState.QUEUED
+    return queued
+
+
+def intervals(data: dict[str, Any]) -> dict[str, screening.Interval]:
+    """A stored screening result's intervals (api.schemas.ScreeningOut)."""
+    values = data.get("values") or {}
+    return {name: screening.Interval(float(low), float(values[name]), float(high))
+            for name, (low, high) in (data.get("intervals") or {}).items() if name in values}
+
+
+def front_members(session: Session, study_id: int) -> list[screening.Member]:
+    """The study's front as the rule compares with it: full values and screening intervals."""
+    rows = session.execute(
+        select(Trial.number, Trial.values, Trial.screening)
+        .where(Trial.study_id == study_id, Trial.on_front.is_(True))
+    ).all()
+    return [screening.Member(row.number, row.values or {}, intervals(row.screening))
+            for row in rows if row.screening]
