@@ -37,9 +37,10 @@ def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]
             mirror.learn(trial)
             continue
         target = waiting_state(study.state)
-        fields: dict[str, Any] = dict(stage="full", attempt=0, lease_token=None, lease_expires_at=None,
-                                      worker_id=None, phase=None, requires_energy=study.requires_energy,
-                                      screening=data)
+        # the screen's lease token (and worker) stay until the full stage's lease replaces
+        # them, so that a repeated post of the screen's result is still known as one
+        fields: dict[str, Any] = dict(stage="full", attempt=0, lease_expires_at=None, phase=None,
+                                      requires_energy=study.requires_energy, screening=data)
         if target == TrialState.CANCELLED:  # its study finished while it was screened
             fields.update(failure_reason=FailureReason.CANCELLED.value, told=True)
             study.n_cancelled += 1

@@ -200,7 +200,7 @@ def record_result(session: Session, trial: Held, spec: StudySpec, worker: Worker
                   result: wire.TrialResult) -> wire.ResultAck:
     """Store a worker's result on its trial row: one statement. Idempotent per lease token.
     A screening stage's result makes the trial screened (its study's step decides on it)."""
-    if trial.state in TRIAL_FINISHED or trial.state == TrialState.SCREENED:
+    if _recorded(trial):
         return wire.ResultAck(trial_id=trial.id, state=trial.state, duplicate=True)
     _check_live(trial, "the lease has expired; the trial was handed back to the queue")
     fields: dict[str, Any] = storable(dict(
@@ -230,6 +230,14 @@ def record_result(session: Session, trial: Held, spec: StudySpec, worker: Worker
                           feasible=outcome.feasible)
     session.execute(move_where(session, TrialState.RUNNING, state, Trial.id == trial.id, **fields))
     return wire.ResultAck(trial_id=trial.id, state=state.value)
+
+
+def _recorded(trial: Held) -> bool:
+    """Whether the token's result is already on the row: the trial finished, or its screen
+    reported (a promoted trial keeps its screen's token until its full stage is leased)."""
+    if trial.state in TRIAL_FINISHED or trial.state == TrialState.SCREENED:
+        return True
+    return trial.stage == "full" and trial.state in (TrialState.QUEUED, TrialState.PAUSED)
 
 
 def _screened(screen: Screen, worker: WorkerInfo, result: wire.TrialResult, fields: dict[str, Any]) -> TrialState:
