@@ -15,11 +15,13 @@ export function stateBadge(state) {
 
 export function progressBar(progress, { compact = false } = {}) {
   const { max_trials: max, completed, failed, cancelled, in_flight: flight } = progress;
+  const screenedOut = progress.screened_out || 0;
   const pct = (n) => `${Math.min(100, (n / Math.max(1, max)) * 100)}%`;
-  const done = completed + failed + cancelled;
+  const done = completed + failed + cancelled + screenedOut;
   return h("div", { class: ["progress", compact && "progress-compact"] },
-    h("div", { class: "progress-track", title: `${completed} completed, ${failed} failed, ${cancelled} cancelled, ${flight} in flight of ${max}` },
+    h("div", { class: "progress-track", title: `${completed} completed, ${screenedOut} screened out, ${failed} failed, ${cancelled} cancelled, ${flight} in flight of ${max}` },
       h("span", { class: "seg seg-completed", style: { width: pct(completed) } }),
+      h("span", { class: "seg seg-screened", style: { width: pct(screenedOut) } }),
       h("span", { class: "seg seg-failed", style: { width: pct(failed) } }),
       h("span", { class: "seg seg-cancelled", style: { width: pct(cancelled) } }),
       h("span", { class: "seg seg-flight", style: { width: pct(flight) } })),

@@ -45,7 +45,7 @@ export function trialView(root, { params, ctx }) {
     ctx.setTitle(`Trial #${number} · ${study.name}`);
     ctx.setCrumbs([{ text: "Studies", href: "/ui/" }, { text: study.name, href: `/ui/studies/${studyId}` }, { text: `Trial #${number}` }]);
     render(root, { study, trial, front, me });
-    if (["queued", "running", "paused"].includes(trial.state)) timer = setTimeout(() => load(false), POLL_MS);
+    if (["queued", "running", "paused", "screened"].includes(trial.state)) timer = setTimeout(() => load(false), POLL_MS);
   }
 
   return () => { stopped = true; clearTimeout(timer); };
@@ -81,12 +81,16 @@ function render(root, { study, trial: t, front, me }) {
         h("a", { class: ["btn", t.number >= last && "disabled"], href: `/ui/studies/${study.id}/trials/${Math.min(last, t.number + 1)}`, id: "next-trial" }, "Next ›"))),
     t.failure_reason || (t.state === "failed" && t.message)
       ? h("div", { class: "failure" }, h("strong", null, t.failure_reason || "failed"), " ", t.message || "") : null,
+    t.state === "screened_out"
+      ? h("div", { class: "failure screened-note", id: "screened-note" }, h("strong", null, "screened out"),
+        ` by trial #${t.screening.dominated_by}: the values below are its screening measurement, not objective values; it was not measured fully.`) : null,
     artifactPanel(study, t, me),
     h("div", { class: "metric-grid", id: "objectives" },
       study.objectives.map((o) => metricCard(o.name, o.direction, metrics[o.name], t, baseline, confidence)),
       extra.map((k) => metricCard(k, null, metrics[k], t, baseline, confidence))),
     h("div", { class: "layout-two" },
       h("div", { class: "col" },
+        t.screening ? card("Screening", { id: "screening" }, screeningTable(t.screening)) : null,
         card("Configuration", { id: "configuration" }, configTable(t, baseline)),
         card("Correctness", { id: "correctness" }, correctness(t.correctness)),
         card("Timings", { id: "timings" }, timings(t.timings))),
@@ -121,6 +125,20 @@ function metricCard(name, direction, metric, t, baseline, confidence) {
     intervalBar(metric, 260),
     h("dl", { class: "stats" }, STAT_ORDER.map((k) => h("div", null,
       h("dt", null, k), h("dd", { class: "num" }, Number.isFinite(stats[k]) ? num(stats[k], 4) : "–")))));
+}
+
+function screeningTable(sc) {
+  const decided = sc.promoted === null || sc.promoted === undefined ? "not decided yet"
+    : sc.promoted ? "promoted: measured fully" : `screened out by trial #${sc.dominated_by}`;
+  return [
+    h("p", { class: "muted" }, decided, sc.reason ? ` (${sc.reason})` : ""),
+    h("table", { class: "kv" }, h("thead", null, h("tr", null, h("th", null, "metric"), h("th", null, "screened"),
+      h("th", null, "interval"), sc.told ? h("th", null, "sampler heard") : null)),
+    h("tbody", null, Object.entries(sc.values || {}).map(([k, v]) => h("tr", { dataset: { metric: k } },
+      h("th", null, k), h("td", { class: "num" }, num(v, 5)),
+      h("td", { class: "num muted" }, (sc.intervals?.[k] || []).map((x) => num(x, 5)).join(" – ")),
+      sc.told ? h("td", { class: "num" }, Number.isFinite(sc.told[k]) ? num(sc.told[k], 5) : "–") : null)))),
+  ];
 }
 
 function configTable(t, baseline) {

@@ -9,9 +9,10 @@ import { errorBox, ratioPill, stateBadge } from "../widgets.js";
 const FILTERS = [
   { key: "all", label: "All", states: null },
   { key: "completed", label: "Completed", states: "completed" },
+  { key: "screened_out", label: "Screened out", states: "screened_out" },
   { key: "failed", label: "Failed", states: "failed" },
   { key: "active", label: "Running", states: "running" },
-  { key: "queued", label: "Queued", states: "queued,paused" },
+  { key: "queued", label: "Queued", states: "queued,paused,screened" },
   { key: "cancelled", label: "Cancelled", states: "cancelled" },
 ];
 const PAGE_SIZES = [25, 50, 100, 250];
@@ -151,7 +152,8 @@ export class TrialsTable {
     h("td", { class: "num nowrap" }, h("a", { href: `/ui/studies/${this.studyId}/trials/${t.number}`, onclick: (e) => e.stopPropagation() }, t.number),
       t.on_front ? h("span", { class: "front-star", title: "on the Pareto front" }, " ★") : null,
       t.is_baseline ? h("span", { class: "tag tag-baseline" }, "baseline") : null),
-    h("td", null, stateBadge(t.state), t.phase && t.state === "running" ? h("span", { class: "muted phase" }, ` ${t.phase}`) : null,
+    h("td", null, stateBadge(t.state), t.stage && ["running", "queued"].includes(t.state) ? h("span", { class: "muted phase" }, ` ${t.stage}`) : null,
+      t.phase && t.state === "running" ? h("span", { class: "muted phase" }, ` ${t.phase}`) : null,
       t.failure_reason ? h("span", { class: "muted phase", title: t.message || "" }, ` ${t.failure_reason}`) : null),
     this.objectives.map((o) => h("td", { class: "num nowrap" }, valueCell(t, o))),
     h("td", { class: "config-cell", title: configText(t.config) }, configText(t.config)),
@@ -165,8 +167,16 @@ export class TrialsTable {
 
 export function valueCell(t, o) {
   const v = t.values ? t.values[o.name] : null;
-  if (!Number.isFinite(v)) return h("span", { class: "muted" }, "–");
+  if (!Number.isFinite(v)) return screeningCell(t, o);
   const unit = unitOf(o.name);
   return [h("span", null, num(v)), unit ? h("span", { class: "unit" }, ` ${unit}`) : null,
     t.relative && !t.is_baseline ? [" ", ratioPill(t.relative[o.name], o.direction)] : null];
+}
+
+/** No objective value: a screening value, marked as one (not measured fully), if there is. */
+function screeningCell(t, o) {
+  const v = t.screening?.values?.[o.name];
+  if (!Number.isFinite(v)) return h("span", { class: "muted" }, "–");
+  return h("span", { class: "screened-value", title: "screening value: a short measurement, not an objective value" },
+    `≈${num(v)}`, unitOf(o.name) ? h("span", { class: "unit" }, ` ${unitOf(o.name)}`) : null);
 }
