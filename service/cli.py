@@ -317,8 +317,9 @@ def study_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = "") -> None
     for s in api.call("GET", "/v1/studies")["items"]:
         p = s["progress"]
         hv = "-" if s["hypervolume"] is None else f"{s['hypervolume']:.4f}"
-        table.add_row(str(s["id"]), s["name"], s["state"], f"{p['completed']}+{p['failed']}f/{p['max_trials']}",
-                      str(s["front_size"]), hv)
+        screened = f"+{p['screened_out']}s" if p["screened_out"] else ""
+        table.add_row(str(s["id"]), s["name"], s["state"],
+                      f"{p['completed']}{screened}+{p['failed']}f/{p['max_trials']}", str(s["front_size"]), hv)
     console.print(table)
 
 
@@ -358,7 +359,7 @@ def _watch(api: Api, study_id: int, exit_when_done: bool = True) -> None:
             study = api.call("GET", f"/v1/studies/{study_id}")
             p = study["progress"]
             hv = "-" if study["hypervolume"] is None else f"{study['hypervolume']:.4f}"
-            progress.update(task, completed=p["completed"] + p["failed"] + p["cancelled"],
+            progress.update(task, completed=p["completed"] + p["failed"] + p["cancelled"] + p["screened_out"],
                             description=f"study {study_id} {study['state']} front={study['front_size']} hv={hv}")
             front = api.call("GET", f"/v1/studies/{study_id}/front")
             from rich.console import Group
