@@ -92,7 +92,7 @@ class MeasureSettings(BaseModel):
     target_s: float = Field(default=0.3, gt=0, le=3600)  # time budget per measurement
     hot_window_s: float = Field(default=1.0, gt=0, le=600)  # GPU hot window (energy, runtime_ms)
     confidence: float = Field(default=0.95, gt=0, lt=1)
-    # exactly this many cold samples per shape (a screening stage); None: as many as target_s allows
+    # at most this many cold samples per shape (a screening stage takes few), whatever else asks for more
     cold_samples: int | None = Field(default=None, ge=1, le=1_000_000)
 
 

@@ -156,10 +156,11 @@ def told_values(objectives: Sequence[Mapping[str, str]], screen: Mapping[str, In
 # --- the document ---------------------------------------------------------------------------
 
 
-def resolve(objectives: list[dict[str, str]], backend: str, screen: Screen, promote: Promote | None
-            ) -> tuple[dict[str, Any], dict[str, Any]]:
+def resolve(objectives: list[dict[str, str]], backend: str, screen: Screen, promote: Promote | None,
+            full: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The normalised `measure.screen` and `measure.promote` of a document, or a
-    DocumentError naming the field and the fix."""
+    DocumentError naming the field and the fix. A screen is never longer than the full
+    measurement (`full`, the normalised full settings): its windows are capped by those."""
     screened = _screened(objectives, backend, screen)
     for o in objectives:
         if o["name"] not in screened and not (bounded_by_runtime(o["name"], o["direction"])
@@ -177,6 +178,8 @@ def resolve(objectives: list[dict[str, str]], backend: str, screen: Screen, prom
             raise DocumentError(f"measure.promote.margins.{name}",
                                 f"{name!r} is not screened; margins apply to {', '.join(screened)}")
     resolved_screen = {**screen.model_dump(mode="json"), "objectives": screened}
+    for name in ("hot_window_s", "target_s"):
+        resolved_screen[name] = min(resolved_screen[name], float(full[name]))
     margins = {name: rule.margins.get(name, DEFAULT_MARGINS.get(name, DEFAULT_MARGIN)) for name in screened}
     ratio = rule.energy_runtime_ratio if rule.energy_runtime_ratio is not None else ENERGY_RUNTIME_RATIO
     return resolved_screen, {"margins": margins, "energy_runtime_ratio": ratio}

@@ -70,10 +70,10 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
         reference_point=sd.reference_point(doc, objectives),
     )
     normalised["sampler"]["name"] = sampler
-    _stages(normalised["measure"], doc, objectives, kernel.backend)
     energy = {o["name"] for o in objectives} & ENERGY_METRICS
     if energy and kernel.backend in GPU_BACKENDS and "hot_window_s" not in doc.measure.model_fields_set:
         normalised["measure"]["hot_window_s"] = ENERGY_HOT_WINDOW_S
+    _stages(normalised["measure"], doc, objectives, kernel.backend)
     budget = normalised["budget"]
     if budget["max_failed_trials"] is None:
         budget["max_failed_trials"] = budget["max_trials"] // 2 + 5
@@ -89,7 +89,7 @@ def _stages(measure: dict[str, Any], doc: sd.StudyDocument, objectives: list[dic
     measure.pop("promote", None)
     if doc.measure.screen is not None:
         measure["screen"], measure["promote"] = screening.resolve(objectives, backend, doc.measure.screen,
-                                                                  doc.measure.promote)
+                                                                  doc.measure.promote, measure)
     elif doc.measure.promote is not None:
         raise sd.DocumentError("measure.promote",
                                "a promotion rule needs a screening stage: add measure.screen ({} for its defaults)")

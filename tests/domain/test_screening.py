@@ -220,16 +220,24 @@ def _objectives(*names: str) -> list[dict[str, str]]:
     return [{"name": n, "direction": "minimize"} for n in names]
 
 
+FULL = {"warmup_s": 0.1, "min_repeats": 20, "max_repeats": 2000, "target_s": 0.2, "hot_window_s": 1.6,
+        "confidence": 0.95, "cold_samples": None}
+
+
 def test_default_screen_is_runtime_only_for_runtime_and_energy() -> None:
-    screen, promote = screening.resolve(_objectives("runtime_ms", "energy_mj"), "triton", Screen(), None)
+    screen, promote = screening.resolve(_objectives("runtime_ms", "energy_mj"), "triton", Screen(), None, FULL)
     assert screen == {"hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50, "objectives": ["runtime_ms"]}
     assert promote == {"margins": {"runtime_ms": 0.04}, "energy_runtime_ratio": 2.5}
-    screen, _ = screening.resolve(_objectives("energy_mj"), "triton", Screen(), None)
+    screen, _ = screening.resolve(_objectives("energy_mj"), "triton", Screen(), None, FULL)
     assert screen["objectives"] == ["runtime_ms"]  # screened to bound energy
     screen, promote = screening.resolve(_objectives("runtime_ms", "p99_ms"), "cpu",
-                                        Screen(cold_samples=20), Promote(margins={"p99_ms": 0.3}))
+                                        Screen(cold_samples=20), Promote(margins={"p99_ms": 0.3}), FULL)
     assert screen["objectives"] == ["runtime_ms", "p99_ms"] and screen["cold_samples"] == 20
     assert promote["margins"] == {"runtime_ms": 0.04, "p99_ms": 0.3}
+    # a screen is never longer than the full measurement
+    short = {**FULL, "hot_window_s": 0.1, "target_s": 0.02}
+    screen, _ = screening.resolve(_objectives("runtime_ms"), "cpu", Screen(), None, short)
+    assert (screen["hot_window_s"], screen["target_s"]) == (0.1, 0.02)
 
 
 @pytest.mark.parametrize(("objectives", "screen", "promote", "field"), [
@@ -244,22 +252,21 @@ def test_default_screen_is_runtime_only_for_runtime_and_energy() -> None:
 ])
 def test_a_screen_that_cannot_work_is_refused_naming_the_field(objectives, screen, promote, field) -> None:
     with pytest.raises(DocumentError) as refused:
-        screening.resolve(objectives, "triton", screen, promote)
+        screening.resolve(objectives, "triton", screen, promote, FULL)
     assert refused.value.field == field
 
 
 def test_energy_may_be_screened_with_a_long_enough_window() -> None:
     screen, promote = screening.resolve(_objectives("runtime_ms", "energy_mj"), "triton",
-                                        Screen(hot_window_s=0.6, objectives=["runtime_ms", "energy_mj"]), None)
+                                        Screen(hot_window_s=0.6, objectives=["runtime_ms", "energy_mj"]), None, FULL)
     assert screen["objectives"] == ["runtime_ms", "energy_mj"]
     assert promote["margins"] == {"runtime_ms": 0.04, "energy_mj": 0.05}
 
 
 def test_screen_measure_splits_the_stages() -> None:
-    measure = {"warmup_s": 0.1, "min_repeats": 20, "max_repeats": 2000, "target_s": 0.2, "hot_window_s": 1.6,
-               "confidence": 0.95, "cold_samples": None}
+    measure = FULL
     assert screening.screen_measure(measure) == (measure, None)
-    screen, promote = screening.resolve(_objectives("runtime_ms"), "triton", Screen(), None)
+    screen, promote = screening.resolve(_objectives("runtime_ms"), "triton", Screen(), None, FULL)
     full, screened = screening.screen_measure({**measure, "screen": screen, "promote": promote})
     assert full == measure
     assert screened == {**measure, "hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50}

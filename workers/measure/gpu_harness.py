@@ -144,10 +144,11 @@ def _cold(
     flusher = L2Flusher()
     min_n = max(settings.min_repeats, P99_MIN_SAMPLES if "p99_ms" in objectives else 0)
     budget_s = settings.target_s / max(1, len(shapes))
-    # a screening stage names its count: few samples, their wider intervals carry the doubt
-    count = settings.cold_samples or plan_cold_samples(
+    count = plan_cold_samples(
         max(call_seconds), flusher.seconds, budget_s, min_n, max(settings.max_repeats, min_n)
     )
+    # a screening stage caps the count (below the p99 floor too): its wider intervals carry the doubt
+    count = min(count, settings.cold_samples or count)
     start = time.perf_counter()
     latencies = cold_latencies([s.launch for s in shapes], count, flusher)
     end = time.perf_counter()

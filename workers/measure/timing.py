@@ -81,12 +81,13 @@ class CacheFlusher:
 def cold_samples(
     call: Callable[[], None], flusher: CacheFlusher, per_call_s: float, settings: MeasureSettings
 ) -> list[float]:
-    """Seconds of single calls, each after the caches were flushed: settings.cold_samples of
-    them (a screening stage), else as many as target_s allows within the repeat limits."""
+    """Seconds of single calls, each after the caches were flushed: as many as target_s allows
+    within the repeat limits, and no more than settings.cold_samples (a screening stage)."""
     start = time.perf_counter()
     flusher.flush()
     flush_s = time.perf_counter() - start
-    reps = settings.cold_samples or repetitions(settings.target_s, per_call_s + flush_s, settings)
+    reps = repetitions(settings.target_s, per_call_s + flush_s, settings)
+    reps = min(reps, settings.cold_samples or reps)
     samples = []
     for _ in range(reps):
         flusher.flush()
