@@ -130,7 +130,7 @@ def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Leas
         objectives, measure = spec.screen.objectives, spec.screen.measure
     return wire.Lease(
         token=trial.lease_token,
-        expires_at=trial.lease_expires_at,
+        expires_at=as_utc(trial.lease_expires_at),  # SQLite returns it without its zone
         lease_s=settings.lease_s,
         heartbeat_s=settings.heartbeat_s,
         trial=wire.TrialSpec(
