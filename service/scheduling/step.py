@@ -80,12 +80,10 @@ def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]
     if mirror.front is None:
         mirror.front = fronts.load_front(session, study.id)
     completed: list[Trial] = []
-    screened: list[Trial] = []
+    screened = [t for t in untold if t.state == TrialState.SCREENED]  # decided once the front is up to date
+    finished = [t for t in untold if t.state != TrialState.SCREENED]
     left: set[int] = set()  # pushed off the front
-    for trial in untold:
-        if trial.state == TrialState.SCREENED:  # decided against the front once it is up to date
-            screened.append(trial)
-            continue
+    for trial in finished:
         mirror.learn(trial)
         trial.told = True
         if trial.state == TrialState.COMPLETED:
@@ -99,8 +97,9 @@ def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]
     for trial_id in left & here.keys():
         here[trial_id].on_front = False
     # new sequence numbers: their ratios, front membership and index are new, and an event
-    # stream that read past a result committed late sees the trial again now
-    touch(session, untold)
+    # stream that read past a result committed late sees the trial again now (the screened
+    # get theirs as they are decided)
+    touch(session, finished)
     touch_ids(session, left - here.keys(), on_front=False)  # event streams see them leave the front
     return promotion.decide(session, study, mirror, screened) if screened else 0
 
