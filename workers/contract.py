@@ -96,6 +96,9 @@ class MeasureSettings(BaseModel):
     cold_samples: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
+Stage = Literal["screen", "full"]
+
+
 class TrialSpec(BaseModel):
     """One unit of work: a configuration of a kernel to compile, check and measure."""
 
@@ -111,7 +114,7 @@ class TrialSpec(BaseModel):
     run_timeout_s: float
     measure: MeasureSettings = Field(default_factory=MeasureSettings)
     # a study that screens: "screen" (objectives and measure are the screen's) or "full"
-    stage: Literal["screen", "full"] | None = None
+    stage: Stage | None = None
 
 
 class ValidationCandidate(BaseModel):

@@ -96,7 +96,7 @@ class Leased:
     config: dict[str, Any]
     lease_token: str
     lease_expires_at: datetime
-    stage: str | None = None
+    stage: wire.Stage | None = None
 
 
 def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> Leased | None:
