@@ -5,12 +5,12 @@ worker screens the baseline and leaves, and another takes its full stage."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import GOOD_MATMUL, cpu_source_kernel, make_spec
+from helpers import wait_for
 
 from workers.cache import ArtifactCache
 from workers.contract import MeasureSettings
@@ -42,16 +42,6 @@ def _all_trials(client: Any, study_id: int) -> list[dict[str, Any]]:
     return [client.get(f"/v1/studies/{study_id}/trials/{t['number']}").json() for t in listed]
 
 
-def _wait(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out: {what}")
-
-
 @pytest.mark.postgres
 def test_a_screening_study_with_real_workers(live_service, tmp_path: Path) -> None:
     token = live_service.make_worker_token()
@@ -81,12 +71,12 @@ def test_a_screening_study_with_real_workers(live_service, tmp_path: Path) -> No
         # the first worker screens the first two trials (the baseline among them) and leaves
         first = live_service.start_worker(token, "--cache-dir", cache, "--max-trials", "2", name="first")
         first.wait(timeout=120)
-        baseline = _wait(lambda: (t := client.get(f"/v1/studies/{study_id}/trials/0").json())["state"] != "screened"
+        baseline = wait_for(lambda: (t := client.get(f"/v1/studies/{study_id}/trials/0").json())["state"] != "screened"
                          and t, 30, "the baseline's promotion")
         assert baseline["stage"] == "full" and baseline["state"] == "queued", baseline
         for name in ("second", "third"):
             live_service.start_worker(token, "--cache-dir", cache, name=name)
-        study = _wait(lambda: (s := client.get(f"/v1/studies/{study_id}").json())["state"] != "running"
+        study = wait_for(lambda: (s := client.get(f"/v1/studies/{study_id}").json())["state"] != "running"
                       and not s["progress"]["in_flight"] and s, 240, "the study to finish")
         trials = _all_trials(client, study_id)
         front = client.get(f"/v1/studies/{study_id}/front").json()
