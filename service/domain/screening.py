@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.domain.space import NAME_RE
+from service.domain.study_doc import ENERGY_OBJECTIVES as ENERGY_METRICS
 from service.domain.study_doc import KNOWN_OBJECTIVES, DocumentError, Promote, Screen
 
-ENERGY_METRICS = frozenset({"energy_mj", "power_w"})
 # an energy figure needs two ticks of NVML's ~100 ms counter well inside the hot window
 ENERGY_SCREEN_MIN_WINDOW_S = 0.5
 # Per objective, how far apart two screening values must be (a fraction of the better one)
