@@ -129,6 +129,7 @@ def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Leas
             compile_timeout_s=spec.limits["compile_timeout_s"],
             run_timeout_s=spec.limits["run_timeout_s"],
             measure=spec.measure,
+            sandbox=wire.SandboxLimits.model_validate(spec.limits.get("sandbox") or {}),
         ),
     )
 

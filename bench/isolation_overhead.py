@@ -1,0 +1,97 @@
+"""What a sandbox costs a trial: the wall time of one cpu trial in fresh sandbox processes
+(the cpu backend's default), at each isolation level this host allows, over N trials.
+Two cases: `miss` compiles and runs (two sandbox processes), `hit` finds the build in the
+artifact cache and only runs (one sandbox process plus the verified copy of the build).
+Medians and quartiles in ms; the kernel itself takes well under a millisecond.
+
+    python bench/isolation_overhead.py [--trials 15]
+    PYTHONPATH=OTHER_CHECKOUT python bench/isolation_overhead.py   # a tree without trial isolation:
+                                                                   # its one level, as `original`
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from workers.cache import ArtifactCache
+from workers.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape
+from workers.sandbox import execute_trial
+
+MEASURE = MeasureSettings(warmup_s=0.001, min_repeats=3, max_repeats=5, target_s=0.005)
+MATMUL = """
+void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
+            C[i * N + j] = acc;
+        }
+}
+"""
+
+
+def spec(number: int, unique: bool) -> TrialSpec:
+    # a comment makes the source, hence the cache key, unique: a miss
+    source = MATMUL + (f"/* {number} {time.time_ns()} */\n" if unique else "")
+    kernel = KernelSpec(backend="cpu", source=source, entry="matmul", workload=[WorkloadShape(dims={"n": 16})],
+                        options={"problem": "matmul"})
+    return TrialSpec(trial_id=number, study_id=1, number=number, attempt=1, is_baseline=False, kernel=kernel,
+                     config={"opt": "-O1"}, objectives=["runtime_ms"], compile_timeout_s=60, run_timeout_s=60,
+                     measure=MEASURE)
+
+
+def sandboxes() -> dict[str, Any]:
+    """Each level this host allows, by name; {"original": None} for a tree without them."""
+    try:
+        from workers.isolation import IsolationUnavailable, choose
+        from workers.isolation_jobs import Sandbox
+    except ImportError:
+        return {"original": None}
+    found: dict[str, Any] = {}
+    for level in ("none", "user", "namespaces"):
+        sandbox = Sandbox()
+        try:
+            sandbox.isolation = choose(level, work_root=sandbox.root, hidden=[])
+            found[level] = sandbox
+        except IsolationUnavailable as exc:
+            print(f"{level}: not available here ({exc})", file=sys.stderr)
+            sandbox.close()
+    return found
+
+
+def measure(sandbox: Any, trials: int) -> dict[str, list[float]]:
+    cache = ArtifactCache(Path(tempfile.mkdtemp(prefix="overhead-")))
+    kwargs = {"sandbox": sandbox} if sandbox is not None else {}
+    walls: dict[str, list[float]] = {"miss": [], "hit": []}
+    execute_trial(spec(0, unique=False), cache, **kwargs)  # the hit case's build
+    for number in range(1, trials + 1):
+        for case in ("miss", "hit"):
+            started = time.perf_counter()
+            result = execute_trial(spec(number, unique=case == "miss"), cache, **kwargs)
+            walls[case].append((time.perf_counter() - started) * 1e3)
+            assert result is not None and result.status == "completed", result and result.message
+    return walls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=15)
+    args = parser.parse_args()
+    print(f"{'level':11} {'case':5} {'median ms':>10} {'q1':>8} {'q3':>8}  (n={args.trials})")
+    for name, sandbox in sandboxes().items():
+        walls = measure(sandbox, args.trials)
+        for case, values in walls.items():
+            q1, median, q3 = statistics.quantiles(values, n=4)
+            print(f"{name:11} {case:5} {median:10.0f} {q1:8.0f} {q3:8.0f}", flush=True)
+        if sandbox is not None:
+            sandbox.close()
+
+
+if __name__ == "__main__":
+    main()
