@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service import auth
+from service.accounts import tokens as auth
 from service.app import create_app
 from service.config import Settings
+from service.scheduling.step import pending_studies
 from service.store.db import Database
 from service.store.migrate import upgrade
 
@@ -55,8 +56,18 @@ def _register(client: TestClient, headers: dict[str, str], isolation: str | None
                                                                       "fingerprint": fingerprint})
 
 
+def _queue(client: TestClient) -> None:
+    """Run the studies' scheduling steps now (the background scheduler would, a moment later)."""
+    state = client.app.state.paretune  # type: ignore[attr-defined]
+    with state.db.read() as session:
+        pending = pending_studies(session)
+    for study_id in pending:
+        state.scheduler.step_now(study_id, wait=True)
+
+
 def _leased(client: TestClient, admin: dict[str, str]) -> tuple[dict[str, str], str]:
     assert client.post("/v1/studies", json=STUDY, headers=admin).status_code == 201
+    _queue(client)
     worker = _token(client, admin, kind="worker")
     worker_id = _register(client, worker, "namespaces").json()["worker_id"]
     lease = client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 0}, headers=worker)
@@ -158,6 +169,7 @@ def test_a_studys_sandbox_limits_reach_the_worker_and_are_checked(client):
     sandbox = {"memory_mb": 2048, "processes": 64, "disk_mb": 100}
     assert test_client.post("/v1/studies", headers=admin,
                             json={**STUDY, "limits": {"sandbox": sandbox}}).status_code == 201
+    _queue(test_client)
     worker = _token(test_client, admin, kind="worker")
     worker_id = _register(test_client, worker, "namespaces").json()["worker_id"]
     lease = test_client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 0}, headers=worker).json()
