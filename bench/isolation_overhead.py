@@ -21,19 +21,11 @@ from typing import Any
 
 from workers.cache import ArtifactCache
 from workers.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape
+from workers.kernels import get_builtin
 from workers.sandbox import execute_trial
 
 MEASURE = MeasureSettings(warmup_s=0.001, min_repeats=3, max_repeats=5, target_s=0.005)
-MATMUL = """
-void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float acc = 0.0f;
-            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
-            C[i * N + j] = acc;
-        }
-}
-"""
+MATMUL = get_builtin("cpu", "matmul").read_source()  # type: ignore[union-attr]
 
 
 def spec(number: int, unique: bool) -> TrialSpec:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from workers.kernels import get_builtin
+
 PYTHON = r'''
 import glob, json, os, socket, sqlite3, sys, time
 
@@ -225,31 +227,12 @@ __attribute__((constructor)) static void attack(void) {
     volatile char *block = malloc(size);
     for (size_t i = 0; i < size; i += 4096) block[i] = 1;  /* every page, for real */
     fprintf(stderr, "REPORT-C allocated %zu\n", size);
-#elif ATTACK == 5 /* a fork bomb */
-    for (;;) fork();
 #endif
 }
-
-void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float acc = 0.0f;
-            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
-            C[i * N + j] = acc;
-        }
-}
 '''
 
-GOOD_MATMUL = r'''
-void matmul(int M, int N, int K, const float *A, const float *B, float *C) {
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float acc = 0.0f;
-            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
-            C[i * N + j] = acc;
-        }
-}
-'''
+# The built-in matmul: what an honest kernel computes (and what every attack above returns).
+GOOD_MATMUL = get_builtin("cpu", "matmul").read_source()  # type: ignore[union-attr]
 
 # Returns wrong results and says so: what a poisoned library would run instead.
 POISONED_MATMUL = r'''
@@ -268,7 +251,7 @@ def python_source(**targets: Any) -> str:
 def c_source(attack: int, *, token_file: str = "", cache_dir: str = "", marker: str = "") -> str:
     defines = (f"#define ATTACK {attack}\n#define TOKEN_FILE {token_file!r}\n#define CACHE_DIR {cache_dir!r}\n"
                f"#define MARKER {marker!r}\n").replace("'", '"')
-    return defines + C_ATTACKS
+    return defines + C_ATTACKS + GOOD_MATMUL
 
 
 def reports(log: str) -> list[dict[str, Any]]:

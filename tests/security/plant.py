@@ -9,14 +9,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-from helpers import REPO, LiveService, start_service
+from helpers import REPO, LiveService, start_service, wait_for
 
 FAST_MEASURE = {"warmup_s": 0.005, "min_repeats": 5, "max_repeats": 50, "target_s": 0.03}
 
@@ -71,7 +70,7 @@ class Plant:
                                    cwd=REPO, start_new_session=True)
         worker = Worker(process, log_path, token, token_file, cache_dir, work_dir, name)
         self.workers.append(worker)
-        wait(lambda: "registered as worker" in worker.log() or process.poll() is not None, 60, worker.log)
+        wait_for(lambda: "registered as worker" in worker.log() or process.poll() is not None, 60, log_path)
         assert process.poll() is None, worker.log()
         return worker
 
@@ -93,16 +92,6 @@ def start_plant(tmp_path: Path) -> Plant:
     service = start_service(f"sqlite:///{data_dir / 'paretune.db'}", data_dir,
                             {"PARETUNE_LEASE_S": "30", "PARETUNE_HEARTBEAT_S": "1"})
     return Plant(service, data_dir, tmp_path)
-
-
-def wait(predicate: Any, timeout: float, describe: Any = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out; {describe() if callable(describe) else describe}"[-5000:])
 
 
 def python_study(name: str, source: str, entry: str, *, sandbox: dict[str, int] | None = None,
@@ -153,7 +142,7 @@ def finished_trial(client: httpx.Client, study_id: int, timeout: float = 120) ->
             return study
         return None
 
-    wait(done, timeout, f"study {study_id}")
+    wait_for(done, timeout, f"study {study_id}")
     (trial,) = client.get(f"/v1/studies/{study_id}/trials").json()["items"]
     return client.get(f"/v1/studies/{study_id}/trials/{trial['number']}").json()  # type: ignore[no-any-return]
 

@@ -5,6 +5,7 @@ process is left, the database and another team's results are untouched."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from helpers import wait_for
 from hostile import GOOD_MATMUL, POISONED_MATMUL, c_source, python_source, reports
 from plant import (
     Plant,
@@ -22,7 +24,6 @@ from plant import (
     python_study,
     sandbox_uids,
     superusers,
-    wait,
     with_marker,
 )
 
@@ -119,8 +120,7 @@ def test_hostile_kernels_in_namespaces_find_nothing_and_fail_alone(plant: Plant)
     assert _victim_results(victims, victim_ids) == before
     uids = sandbox_uids(plant.client(), worker.name)
     assert len(uids) == 2 and 0 not in uids
-    wait(lambda: not of_uids(uids) and not with_marker(marker), 5,
-         lambda: f"left running: {of_uids(uids)} {with_marker(marker)}")
+    wait_for(lambda: not of_uids(uids) and not with_marker(marker), 5, "every trial process to be gone")
     assert worker.process.poll() is None
     assert not list(worker.work_dir.glob("run-*")) and not list(worker.work_dir.glob("compile-*"))
 
@@ -167,7 +167,7 @@ def test_limits_still_hold_at_the_none_level(plant: Plant) -> None:
     assert trials["fill_disk"]["failure_reason"] == "crash"
     assert "exceeded its disk limit of 200 MiB" in trials["fill_disk"]["message"]
     assert trials["escape"]["state"] == trials["c_escape"]["state"] == "completed"
-    wait(lambda: not with_marker(marker), 5, lambda: f"left running: {with_marker(marker)}")
+    wait_for(lambda: not with_marker(marker), 5, "the escaped children to be gone")
     assert worker.process.poll() is None
 
 
@@ -186,8 +186,6 @@ def test_a_tampered_cache_entry_is_rebuilt_never_run(plant: Plant) -> None:
         shutil.copy(poisoned, entry / "kernel.so")
         if forge_manifest:
             manifest = json.loads((entry / "artifact.json").read_text())
-            import hashlib
-
             manifest["sha256"]["kernel.so"] = hashlib.sha256(poisoned.read_bytes()).hexdigest()
             (entry / "artifact.json").write_text(json.dumps(manifest))
         trial = finished_trial(victims, create(victims, cpu_study(f"victim {forge_manifest}", GOOD_MATMUL)))
