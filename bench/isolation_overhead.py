@@ -2,7 +2,8 @@
 (the cpu backend's default), at each isolation level this host allows, over N trials.
 Two cases: `miss` compiles and runs (two sandbox processes), `hit` finds the build in the
 artifact cache and only runs (one sandbox process plus the verified copy of the build).
-Medians and quartiles in ms; the kernel itself takes well under a millisecond.
+Medians and quartiles in ms; the kernel itself takes well under a millisecond. The levels
+take turns trial by trial, so that a change in the machine's load falls on all of them.
 
     python bench/isolation_overhead.py [--trials 15]
     PYTHONPATH=OTHER_CHECKOUT python bench/isolation_overhead.py   # a tree without trial isolation:
@@ -57,17 +58,20 @@ def sandboxes() -> dict[str, Any]:
     return found
 
 
-def measure(sandbox: Any, trials: int) -> dict[str, list[float]]:
-    cache = ArtifactCache(Path(tempfile.mkdtemp(prefix="overhead-")))
-    kwargs = {"sandbox": sandbox} if sandbox is not None else {}
-    walls: dict[str, list[float]] = {"miss": [], "hit": []}
-    execute_trial(spec(0, unique=False), cache, **kwargs)  # the hit case's build
+def measure(levels: dict[str, Any], trials: int) -> dict[str, dict[str, list[float]]]:
+    caches = {name: ArtifactCache(Path(tempfile.mkdtemp(prefix="overhead-"))) for name in levels}
+    walls: dict[str, dict[str, list[float]]] = {name: {"miss": [], "hit": []} for name in levels}
+    for name, sandbox in levels.items():
+        kwargs = {"sandbox": sandbox} if sandbox is not None else {}
+        execute_trial(spec(0, unique=False), caches[name], **kwargs)  # the hit case's build
     for number in range(1, trials + 1):
-        for case in ("miss", "hit"):
-            started = time.perf_counter()
-            result = execute_trial(spec(number, unique=case == "miss"), cache, **kwargs)
-            walls[case].append((time.perf_counter() - started) * 1e3)
-            assert result is not None and result.status == "completed", result and result.message
+        for name, sandbox in levels.items():
+            kwargs = {"sandbox": sandbox} if sandbox is not None else {}
+            for case in ("miss", "hit"):
+                started = time.perf_counter()
+                result = execute_trial(spec(number, unique=case == "miss"), caches[name], **kwargs)
+                walls[name][case].append((time.perf_counter() - started) * 1e3)
+                assert result is not None and result.status == "completed", result and result.message
     return walls
 
 
@@ -75,14 +79,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=15)
     args = parser.parse_args()
+    levels = sandboxes()
+    try:
+        walls = measure(levels, args.trials)
+    finally:
+        for sandbox in levels.values():
+            if sandbox is not None:
+                sandbox.close()
     print(f"{'level':11} {'case':5} {'median ms':>10} {'q1':>8} {'q3':>8}  (n={args.trials})")
-    for name, sandbox in sandboxes().items():
-        walls = measure(sandbox, args.trials)
-        for case, values in walls.items():
+    for name, cases in walls.items():
+        for case, values in cases.items():
             q1, median, q3 = statistics.quantiles(values, n=4)
-            print(f"{name:11} {case:5} {median:10.0f} {q1:8.0f} {q3:8.0f}", flush=True)
-        if sandbox is not None:
-            sandbox.close()
+            print(f"{name:11} {case:5} {median:10.0f} {q1:8.0f} {q3:8.0f}")
 
 
 if __name__ == "__main__":
