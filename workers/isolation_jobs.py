@@ -16,6 +16,7 @@ import atexit
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -28,7 +29,7 @@ from workers import isolation_limits
 from workers.contract import SandboxLimits, TrialSpec, ValidationSpec
 from workers.isolation import Bind, Isolation, none_level, python_argv, sandbox_env, wrap
 from workers.isolation_files import tree_usage
-from workers.isolation_procs import children_of, kill_group, kill_namespace, kill_pid, kill_uid, pid_namespace, reap
+from workers.isolation_procs import children_of, kill_group, kill_namespace, kill_pid, kill_uid, reap
 
 BUILD = "build"  # the trial's build inside its job directory
 TOOL_CACHE = "triton-cache"  # TRITON_CACHE_DIR inside the build: per job, never shared
@@ -92,9 +93,9 @@ class Sandbox:
 
     # -- directories ---------------------------------------------------------------------
 
-    def new_job(self, phase: str, prefix: str | None = None) -> Job:
+    def new_job(self, phase: str) -> Job:
         """A fresh job directory for one sandbox process of `phase`, owned by its user."""
-        outside = Path(tempfile.mkdtemp(prefix=prefix or f"{phase}-", dir=self.root))
+        outside = Path(tempfile.mkdtemp(prefix=f"{phase}-", dir=self.root))
         self.give(outside, phase)
         return Job(outside, "/tmp" if self.isolation.namespaces else str(outside))
 
@@ -166,9 +167,13 @@ class Sandbox:
 
         return check
 
-    def started(self, pid: int) -> None:
+    def spawn(self, command: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+        """Start a sandbox process (in its own session) and remember it: the sweep of
+        orphans never mistakes it for one."""
         with self.lock:
-            self.known.add(pid)
+            process = subprocess.Popen(command, start_new_session=True, **popen)
+            self.known.add(process.pid)
+        return process
 
     def ended(self, pid: int) -> None:
         with self.lock:
@@ -211,12 +216,6 @@ class Sandbox:
                 kill_group(pid)
                 kill_pid(pid)
             reap(strays)
-
-    def namespace_of(self, pid: int) -> str | None:
-        """The PID namespace a sandbox started as `pid` (bwrap's monitor) runs its command in."""
-        for child in children_of(pid):
-            return pid_namespace(child)
-        return None
 
     def close(self) -> None:
         self.isolation.close()

@@ -159,12 +159,8 @@ class WarmRunner:
             self.phase, self.backend, ["--serve", self.backend, self.inside],
             [Bind(str(self.dir), self.inside, writable=True)], chdir=self.inside,
         )
-        with self.sandbox.lock:
-            self.proc = subprocess.Popen(
-                command, cwd=self.dir, env=env, stdin=subprocess.PIPE, stdout=self._log,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )
-            self.sandbox.known.add(self.proc.pid)
+        self.proc = self.sandbox.spawn(command, cwd=self.dir, env=env, stdin=subprocess.PIPE, stdout=self._log,
+                                       stderr=subprocess.STDOUT)
         # without PID namespaces the runner is the process started (setpriv execs it)
         self.sandbox.runner_started(self.phase, self.proc.pid)
         return self

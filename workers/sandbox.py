@@ -155,17 +155,9 @@ def _run_fresh(
     output_path = sandbox.log_path(job.outside.name)
     command = sandbox.command(phase, spec.kernel.backend, [job.inside], sandbox.binds(job, phase), chdir=job.inside)
     started = time.monotonic()
-    with output_path.open("wb") as output, sandbox.lock:
-        proc = subprocess.Popen(
-            command,
-            cwd=job.outside,
-            env=sandbox.env(cpus, job.inside),
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        sandbox.known.add(proc.pid)
+    with output_path.open("wb") as output:
+        proc = sandbox.spawn(command, cwd=job.outside, env=sandbox.env(cpus, job.inside), stdin=subprocess.DEVNULL,
+                             stdout=output, stderr=subprocess.STDOUT)
     try:
         progress = _progress(job, on_phase)
         timed_out, abandoned, killed = wait_until(
