@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path
@@ -20,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.api.deps import PrincipalDep, ReadSession, WriteSession
+from service.api.schemas import Utc
 from service.errors import Forbidden
 from service.store.models import Pool, utcnow
 from workers.contract import IsolationLevel
@@ -43,8 +43,8 @@ class PoolOut(BaseModel):
 
     name: str
     min_isolation: IsolationLevel
-    created_at: datetime
-    updated_at: datetime
+    created_at: Utc
+    updated_at: Utc
 
 
 def _required(session: Session, pool: str, cached: bool) -> str | None:

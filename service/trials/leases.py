@@ -114,7 +114,7 @@ def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> Leased 
 def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Lease:
     return wire.Lease(
         token=trial.lease_token,
-        expires_at=trial.lease_expires_at,
+        expires_at=as_utc(trial.lease_expires_at),  # SQLite gives it back naive
         lease_s=settings.lease_s,
         heartbeat_s=settings.heartbeat_s,
         trial=wire.TrialSpec(
