@@ -16,7 +16,6 @@ from fastapi.testclient import TestClient
 from service.accounts import tokens as auth
 from service.app import create_app
 from service.config import Settings
-from service.scheduling.step import pending_studies
 from service.store.db import Database
 from service.store.migrate import upgrade
 
@@ -56,21 +55,12 @@ def _register(client: TestClient, headers: dict[str, str], isolation: str | None
                                                                       "fingerprint": fingerprint})
 
 
-def _queue(client: TestClient) -> None:
-    """Run the studies' scheduling steps now (the background scheduler would, a moment later)."""
-    state = client.app.state.paretune  # type: ignore[attr-defined]
-    with state.db.read() as session:
-        pending = pending_studies(session)
-    for study_id in pending:
-        state.scheduler.step_now(study_id, wait=True)
-
-
 def _leased(client: TestClient, admin: dict[str, str]) -> tuple[dict[str, str], str]:
     assert client.post("/v1/studies", json=STUDY, headers=admin).status_code == 201
-    _queue(client)
     worker = _token(client, admin, kind="worker")
     worker_id = _register(client, worker, "namespaces").json()["worker_id"]
-    lease = client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 0}, headers=worker)
+    # long-poll: the background scheduler queues the study's first trials a moment later
+    lease = client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 20}, headers=worker)
     assert lease.status_code == 200, lease.text
     return worker, lease.json()["token"]
 
@@ -169,8 +159,7 @@ def test_a_studys_sandbox_limits_reach_the_worker_and_are_checked(client):
     sandbox = {"memory_mb": 2048, "processes": 64, "disk_mb": 100}
     assert test_client.post("/v1/studies", headers=admin,
                             json={**STUDY, "limits": {"sandbox": sandbox}}).status_code == 201
-    _queue(test_client)
     worker = _token(test_client, admin, kind="worker")
     worker_id = _register(test_client, worker, "namespaces").json()["worker_id"]
-    lease = test_client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 0}, headers=worker).json()
+    lease = test_client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 20}, headers=worker).json()
     assert lease["trial"]["sandbox"] == {**dict.fromkeys(("file_size_mb", "open_files", "cpu_s")), **sandbox}
