@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from service.artifact_cli import artifact_app, error_message
+from workers.cli import worker as run_worker_command
 
 app = typer.Typer(help="paretune: multi-objective Pareto tuning of GPU kernel configurations.",
                   no_args_is_help=True, add_completion=False)
@@ -209,11 +210,17 @@ def up(
 
 
 def _start_local_worker(server: str, token: str, index: int) -> Any:
+    """A worker process; its token goes through its stdin, never its command line."""
     import subprocess
 
-    cmd = [sys.executable, "-m", "service.cli", "worker", "--server", server, "--token", token,
+    cmd = [sys.executable, "-m", "service.cli", "worker", "--server", server, "--token", "-",
            "--pool", "default", "--name", f"local-{index}"]
-    return subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {k: v for k, v in os.environ.items() if k not in ("PARETUNE_WORKER_TOKEN", "PARETUNE_TOKEN")}
+    process = subprocess.Popen(cmd, env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.PIPE)
+    assert process.stdin is not None
+    process.stdin.write(token.encode() + b"\n")
+    process.stdin.close()
+    return process
 
 
 def _wait_healthy(server: str, timeout: float = 60) -> None:
@@ -239,30 +246,8 @@ def _demo_study(trials: int) -> dict[str, Any]:
     }
 
 
-@app.command()
-def worker(
-    server: ServerOpt = DEFAULT_SERVER,
-    token: TokenOpt = "",
-    pool: str = "default",
-    name: str | None = None,
-    cache_dir: Path | None = None,
-    prefetch: Annotated[bool, typer.Option(help="compile the next trial while this one measures")] = True,
-    max_trials: int | None = None,
-    backends: Annotated[str | None, typer.Option(help="comma-separated backends to offer")] = None,
-    warm: Annotated[bool | None, typer.Option(
-        "--warm/--no-warm", help="serve trials from long-lived sandbox processes (default: triton, cuda)")] = None,
-    gpu: Annotated[int | None, typer.Option(help="the one GPU to measure on (CUDA_VISIBLE_DEVICES)", min=0)] = None,
-    measure_cpus: Annotated[str | None, typer.Option(help="CPUs that measure, e.g. 16-19")] = None,
-    compile_cpus: Annotated[str | None, typer.Option(help="CPUs that compile, e.g. 20-31")] = None,
-) -> None:
-    """Run a worker agent: lease trials of a pool, compile, check, measure, report."""
-    from workers.cli import worker as run_worker
-
-    if not token:
-        _fail("no token: pass --token or set PARETUNE_TOKEN (a worker token: `paretune token create --worker`)")
-    run_worker(server=server, token=token, pool=pool, name=name, cache_dir=cache_dir, prefetch=prefetch,
-               max_trials=max_trials, backends=backends, warm=warm, gpu=gpu, measure_cpus=measure_cpus,
-               compile_cpus=compile_cpus)
+# `paretune worker`: the worker's own command (the token never goes on its command line).
+app.command("worker")(run_worker_command)
 
 
 # --- studies -------------------------------------------------------------------------

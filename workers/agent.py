@@ -33,22 +33,29 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workers import isolation_limits
 from workers.backends import BackendUnavailable, get_backend, probe_backends
+from workers.backends.python_backend import PYTHON_PATHS_ENV
 from workers.cache import ArtifactCache, default_cache_dir
 from workers.client import ApiError, ControlPlaneClient, GaveUp, LeaseGone
 from workers.contract import (
     FailureReason,
+    IsolationLevel,
     Lease,
     LeaseRequest,
     RegisterRequest,
     ResultAck,
+    SandboxLimits,
     TrialResult,
     ValidationAck,
     ValidationReport,
 )
 from workers.fingerprint import collect, usable_cpus
+from workers.isolation import IsolationUnavailable, choose
+from workers.isolation_jobs import Sandbox
+from workers.isolation_procs import become_subreaper, hide_from_same_user
 from workers.runner import RunnerPool
-from workers.sandbox import CompileStage, child_env, compile_trial, failed, run_trial
+from workers.sandbox import CompileStage, compile_trial, failed, run_trial
 from workers.validation import (
     ValidationBuild,
     compile_validation,
@@ -79,6 +86,14 @@ class AgentConfig:
     warm_runner: bool | None = None  # None: as each backend prefers (triton, cuda: warm)
     gpu: int | None = None  # the one GPU its sandboxes see (CUDA_VISIBLE_DEVICES)
     runner_start_timeout_s: float = 180.0
+    isolation: str = "auto"  # auto (the best the host allows), namespaces, user or none
+    sandbox_uid: int | None = None  # root agents: trials run as this uid (compile: +1)
+    bwrap: str | None = None  # the bubblewrap binary (default: bwrap on PATH)
+    limits: SandboxLimits | None = None  # the operator's caps (default: isolation_limits.DEFAULTS)
+    python_paths: list[Path] = field(default_factory=list)  # objective modules trials may import
+    work_dir: Path | None = None  # job directories (default: a fresh temporary directory)
+    private_paths: list[Path] = field(default_factory=list)  # made unreadable to other users
+    own_process: bool = False  # the agent is its process (`paretune worker`): it may take it over
 
 
 @dataclass
@@ -135,6 +150,7 @@ class Agent:
         self.done = threading.Event()
         self.client = ControlPlaneClient(config.server, config.token, stop=self.stop, abort=self.abort)
         self.cache = ArtifactCache(config.cache_dir or default_cache_dir())
+        self.sandbox = self._sandbox()
         self.summary = AgentSummary()
         self.slots = threading.Semaphore(2 if config.prefetch else 1)
         self.ready: queue.Queue[HeldLease | None] = queue.Queue()
@@ -146,17 +162,55 @@ class Agent:
         self.register_request: RegisterRequest | None = None
         self.heartbeat_s, self.lease_s = 10.0, 60.0
         self.measure_cpus, self.compile_cpus, self.compile_needs_device = self._assign_cpus()
-        self.sandbox_env = {"CUDA_VISIBLE_DEVICES": str(config.gpu)} if config.gpu is not None else {}
         self.runners = RunnerPool(
-            self.cache.root / "runners",
+            self.sandbox.root / "runners",
             env_for=self._phase_env,
             warm_for=self._warm_for,
+            sandbox=self.sandbox,
             start_timeout_s=config.runner_start_timeout_s,
         )
 
+    def _sandbox(self) -> Sandbox:
+        """Choose the isolation level (probed), keep the agent's secrets from its trials."""
+        config = self.config
+        private = [self.cache.root, *config.private_paths, *_data_dir()]
+        for path in private:
+            _make_private(path)
+        if config.own_process:
+            become_subreaper()  # a trial's setsid double-forked children become ours to kill
+            hide_from_same_user()  # no trial of our user reads our environment or memory
+        overrides = {"CUDA_VISIBLE_DEVICES": str(config.gpu)} if config.gpu is not None else {}
+        read_only = tuple(str(p.resolve()) for p in config.python_paths)
+        for directory in read_only:
+            if os.stat(directory).st_mode & 0o005 != 0o005:
+                log.warning("--python-path %s is not readable by other users: sandboxed trials cannot import "
+                            "from it (chmod o+rx)", directory)
+        if read_only:
+            overrides[PYTHON_PATHS_ENV] = os.pathsep.join(read_only)
+        work = config.work_dir
+        sandbox = Sandbox(caps=isolation_limits.caps(config.limits), work_root=work, env_overrides=overrides,
+                          reap_orphans=config.own_process)
+        try:
+            sandbox.isolation = choose(config.isolation, work_root=sandbox.root, hidden=private,
+                                       bwrap=config.bwrap, sandbox_uid=config.sandbox_uid, read_only=read_only)
+        except IsolationUnavailable as exc:
+            sandbox.close()
+            raise AgentError(f"isolation {config.isolation!r} is not available here: {exc}") from None
+        level = sandbox.isolation.level
+        if level != IsolationLevel.NAMESPACES:
+            log.warning(
+                "ISOLATION IS %s, NOT namespaces: trials run %s. Why not better: %s. See docs/security.md.",
+                level.value.upper(),
+                "as the agent's own user and can read what it reads"
+                if level == IsolationLevel.NONE
+                else "as an unprivileged user but see the host and the network",
+                "; ".join(sandbox.isolation.notes) or "asked for",
+            )
+        return sandbox
+
     def _phase_env(self, phase: str) -> dict[str, str]:
         cpus = self.compile_cpus if phase == "compile" else self.measure_cpus
-        return child_env(cpus, self.sandbox_env)
+        return self.sandbox.env(cpus, home="/tmp")
 
     def _warm_for(self, backend: str) -> bool:
         if self.config.warm_runner is not None:
@@ -196,6 +250,7 @@ class Agent:
             self.abort.set()  # nothing may outlive run(): kill any sandbox still running
             self._drop_all("the agent stopped")
             self.runners.close()
+            self.sandbox.close()
             self.client.close()
             self.summary.elapsed_s = time.monotonic() - started
             s = self.summary
@@ -222,21 +277,27 @@ class Agent:
 
     def _register(self) -> None:
         probes = probe_backends(self.config.backends)
+        if probes.get("cpu", {}).get("energy") and not self.sandbox.isolation.facts.get("rapl", True):
+            probes["cpu"]["energy"] = False  # root may read RAPL; the sandbox user may not
+            log.warning("the cpu backend's energy objectives are off: the sandbox user cannot read RAPL "
+                        "(/sys/class/powercap/*/energy_uj is root's)")
         usable = [name for name, probe in probes.items() if probe.get("available")]
         if not usable:
             reasons = "; ".join(f"{n}: {p.get('reason', '')}" for n, p in probes.items())
             raise AgentError(f"no backend can run on this machine ({reasons})")
-        fingerprint = collect(probes, gpu=self.config.gpu)
+        fingerprint = collect(probes, gpu=self.config.gpu, isolation=self.sandbox.isolation.describe(),
+                              limits=self.sandbox.caps.model_dump())
         name = self.config.name or f"{socket.gethostname()}-{os.getpid()}"
         self.register_request = RegisterRequest(name=name, pool=self.config.pool, fingerprint=fingerprint)
         self._send_registration()
         log.info(
-            "registered as worker %d (%s) in pool %r at %s; backends %s; energy %s; "
+            "registered as worker %d (%s) in pool %r at %s; isolation %s; backends %s; energy %s; "
             "prefetch %s; measure CPUs %s, compile CPUs %s; GPU %s; warm runners for %s",
             self.worker_id,
             name,
             self.config.pool,
             self.config.server,
+            self.sandbox.isolation.level.value,
             ",".join(usable),
             fingerprint.energy,
             self.config.prefetch,
@@ -343,7 +404,7 @@ class Agent:
                 if held.lease.validation is not None:
                     held.validation = compile_validation(
                         held.lease.validation, self.cache, cpus=self.compile_cpus, cancel=held.cancel,
-                        env=self.sandbox_env, runners=self.runners)
+                        sandbox=self.sandbox, runners=self.runners)
                     return
                 assert held.lease.trial is not None
                 stage = compile_trial(
@@ -351,7 +412,7 @@ class Agent:
                     self.cache,
                     cpus=self.compile_cpus,
                     cancel=held.cancel,
-                    env=self.sandbox_env,
+                    sandbox=self.sandbox,
                     runners=self.runners,
                 )
         except Exception as exc:  # a bug or a full disk here must fail the trial, not the worker
@@ -407,8 +468,8 @@ class Agent:
         if not held.cancel.is_set() and held.validation is not None:
             with self.device_lock:
                 result = run_validation(
-                    held.validation, self.cache.root / "staging", cpus=self.measure_cpus, cancel=held.cancel,
-                    on_phase=show, env=self.sandbox_env, runners=self.runners,
+                    held.validation, cpus=self.measure_cpus, cancel=held.cancel,
+                    on_phase=show, sandbox=self.sandbox, runners=self.runners,
                     fingerprint=self.register_request.fingerprint if self.register_request else None)
         elif not held.cancel.is_set() and held.stage is not None:
             assert spec is not None
@@ -417,11 +478,10 @@ class Agent:
                 result = run_trial(
                     spec,
                     held.stage,
-                    self.cache.root / "staging",
                     cpus=self.measure_cpus,
                     cancel=held.cancel,
                     on_phase=show,
-                    env=self.sandbox_env,
+                    sandbox=self.sandbox,
                     runners=self.runners,
                 )
         if result is None or held.cancel.is_set():
@@ -510,6 +570,20 @@ class Agent:
                 held.drop(why)
 
 
+def _data_dir() -> list[Path]:
+    """The embedded service's data directory (its SQLite database), when it is here."""
+    path = Path(os.environ.get("PARETUNE_DATA_DIR") or Path.cwd() / ".paretune")
+    return [path] if path.exists() else []
+
+
+def _make_private(path: Path) -> None:
+    """No other user (a sandbox uid) may read or enter it."""
+    with contextlib.suppress(OSError):
+        mode = path.stat().st_mode
+        if mode & 0o077:
+            path.chmod(mode & ~0o077)
+
+
 def _describe(result: TrialResult) -> str:
     t = result.timings
     timing = ", ".join(
@@ -565,9 +639,10 @@ def start_agent_thread(config: AgentConfig) -> AgentThread:
 
 
 def start_agent_process(config: AgentConfig, log_path: Path | None = None) -> subprocess.Popen:
-    """A worker agent as a child process (`python -m workers`); the token travels in the
-    environment, not on the command line. Stop it with SIGTERM (drain) and wait()."""
-    command = [sys.executable, "-m", "workers", "--server", config.server, "--pool", config.pool]
+    """A worker agent as a child process (`python -m workers`); the token travels through
+    its stdin, never its command line or environment. Stop it with SIGTERM (drain) and
+    wait()."""
+    command = [sys.executable, "-m", "workers", "--server", config.server, "--pool", config.pool, "--token", "-"]
     if config.name:
         command += ["--name", config.name]
     if config.cache_dir:
@@ -585,12 +660,25 @@ def start_agent_process(config: AgentConfig, log_path: Path | None = None) -> su
     for option, cpus in (("--measure-cpus", config.measure_cpus), ("--compile-cpus", config.compile_cpus)):
         if cpus:
             command += [option, ",".join(map(str, cpus))]
-    env = {**os.environ, "PARETUNE_WORKER_TOKEN": config.token}
+    command += ["--isolation", config.isolation]
+    for option, value in (("--sandbox-uid", config.sandbox_uid), ("--bwrap", config.bwrap),
+                          ("--work-dir", config.work_dir)):
+        if value is not None:
+            command += [option, str(value)]
+    for path in config.python_paths:
+        command += ["--python-path", str(path)]
+    for name, value in (config.limits.model_dump(exclude_none=True) if config.limits else {}).items():
+        command += [f"--max-{name.replace('_', '-')}", str(value)]
+    env = {k: v for k, v in os.environ.items() if k != "PARETUNE_WORKER_TOKEN"}
     output = log_path.open("ab") if log_path else None
-    return subprocess.Popen(
+    process = subprocess.Popen(
         command,
         env=env,
         stdout=output,
         stderr=subprocess.STDOUT if output else None,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
     )
+    assert process.stdin is not None
+    process.stdin.write(config.token.encode() + b"\n")
+    process.stdin.close()
+    return process

@@ -2,6 +2,10 @@
 
 `worker` is a plain function with typer annotations: the paretune CLI registers it as a
 command, `python -m workers` runs it alone, and Python code may call it directly.
+
+The worker token never goes on a command line (anyone on the host can read those in /proc):
+it comes from --token-file, from PARETUNE_WORKER_TOKEN (removed from the agent's
+environment once read, so no child inherits it), or from stdin with `--token -`.
 """
 
 from __future__ import annotations
@@ -13,11 +17,42 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from workers.agent import Agent, AgentConfig, AgentError
+from workers.contract import SandboxLimits
+
+if TYPE_CHECKING:
+    from workers.agent import Agent
+
+TOKEN_ENV = "PARETUNE_WORKER_TOKEN"
+log = logging.getLogger("paretune.worker")
+
+
+def resolve_token(token: str | None, token_file: Path | None) -> str:
+    """The worker token from --token-file, --token - (stdin), PARETUNE_WORKER_TOKEN or,
+    visible to every user of the host, --token T. The variable is removed from this
+    process's environment."""
+    from_env = os.environ.pop(TOKEN_ENV, None)
+    if token_file is not None:
+        try:
+            secret = token_file.read_text().strip()
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot read the token file {token_file}: {exc.strerror}") from None
+    elif token == "-":
+        secret = sys.stdin.readline().strip()
+    elif token:
+        log.warning(
+            "the worker token was given with --token: every user of this host can read it in "
+            "/proc/%d/cmdline; use --token-file, %s or --token - (stdin) instead", os.getpid(), TOKEN_ENV,
+        )
+        secret = token
+    else:
+        secret = from_env or ""
+    if not secret:
+        raise typer.BadParameter(f"no worker token: give --token-file PATH, set {TOKEN_ENV}, or pipe it to --token -")
+    return secret
 
 
 def parse_backends(value: str | None) -> list[str] | None:
@@ -60,13 +95,14 @@ def worker(
         typer.Option(
             help="URL of the control plane, e.g. http://host:8000", envvar="PARETUNE_SERVER"
         ),
-    ],
+    ] = "http://127.0.0.1:8000",
     token: Annotated[
-        str,
-        typer.Option(
-            help="Worker token (or PARETUNE_WORKER_TOKEN)", envvar="PARETUNE_WORKER_TOKEN"
-        ),
-    ],
+        str | None,
+        typer.Option(help="`-`: read the worker token from stdin (a token itself here is visible in /proc)"),
+    ] = None,
+    token_file: Annotated[
+        Path | None, typer.Option(help="File holding the worker token (or set PARETUNE_WORKER_TOKEN)")
+    ] = None,
     pool: Annotated[str, typer.Option(help="Worker pool to lease trials from")] = "default",
     name: Annotated[str | None, typer.Option(help="Worker name (default: host-pid)")] = None,
     cache_dir: Annotated[
@@ -97,19 +133,60 @@ def worker(
     compile_cpus: Annotated[
         str | None, typer.Option(help="CPUs that compile, e.g. 20-31 (default: the other usable ones)")
     ] = None,
+    isolation: Annotated[
+        str,
+        typer.Option(help="Trial isolation: auto (the best this host allows), namespaces, user or none"),
+    ] = "auto",
+    sandbox_uid: Annotated[
+        int | None,
+        typer.Option(help="Root agents: trials run as this uid, compiles as uid+1 (default: a free pair from 61000)",
+                     min=1),
+    ] = None,
+    bwrap: Annotated[str | None, typer.Option(help="The bubblewrap binary (default: bwrap on PATH)")] = None,
+    python_path: Annotated[
+        list[Path] | None,
+        typer.Option(help="A directory of objective modules python studies may import (repeatable; read-only)"),
+    ] = None,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="Directory for trials' job directories (default: a fresh temporary one)")
+    ] = None,
+    max_memory_mb: Annotated[int | None, typer.Option(help="Cap on a trial's memory (default 8192)", min=64)] = None,
+    max_processes: Annotated[
+        int | None, typer.Option(help="Cap on a trial's processes and threads (default 512)", min=8)
+    ] = None,
+    max_file_size_mb: Annotated[
+        int | None, typer.Option(help="Cap on a file a trial writes (default 1024)", min=1)
+    ] = None,
+    max_open_files: Annotated[int | None, typer.Option(help="Cap on open files (default 1024)", min=32)] = None,
+    max_cpu_s: Annotated[int | None, typer.Option(help="Cap on a phase's CPU seconds (default 3600)", min=1)] = None,
+    max_disk_mb: Annotated[
+        int | None, typer.Option(help="Cap on a trial's job directory (default 4096)", min=1)
+    ] = None,
 ) -> None:
     """Run a worker agent: lease trials, compile, check and measure them, report results.
 
     SIGTERM or Ctrl-C: stop leasing and finish the held trials (up to 30 s); a second
     signal kills them and exits at once (their leases expire and are re-queued).
     Several agents on one host: give each its own --gpu and disjoint --measure-cpus and
-    --compile-cpus."""
+    --compile-cpus (and, for root agents, its own --sandbox-uid pair, or let each take a
+    free one). docs/security.md describes isolation levels and limits."""
+    from workers.agent import Agent, AgentConfig, AgentError
+
     configure_logging()
+    secret = resolve_token(token, token_file)
     if gpu is not None:  # the backends' probes in this process see that GPU alone too
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    limits = SandboxLimits(
+        memory_mb=max_memory_mb,
+        processes=max_processes,
+        file_size_mb=max_file_size_mb,
+        open_files=max_open_files,
+        cpu_s=max_cpu_s,
+        disk_mb=max_disk_mb,
+    )
     config = AgentConfig(
         server=server,
-        token=token,
+        token=secret,
         pool=pool,
         name=name,
         cache_dir=cache_dir,
@@ -120,13 +197,25 @@ def worker(
         gpu=gpu,
         measure_cpus=parse_cpus(measure_cpus),
         compile_cpus=parse_cpus(compile_cpus),
+        isolation=isolation,
+        sandbox_uid=sandbox_uid,
+        bwrap=bwrap,
+        limits=limits,
+        python_paths=list(python_path or []),
+        work_dir=work_dir,
+        private_paths=[token_file] if token_file else [],
+        own_process=True,  # this function is the program (`paretune worker`, `python -m workers`)
     )
-    agent = Agent(config)
+    try:
+        agent = Agent(config)
+    except AgentError as exc:
+        log.error("%s", exc)
+        raise typer.Exit(code=2) from None
     restore = _install_signal_handlers(agent)
     try:
         summary = agent.run()
     except AgentError as exc:
-        logging.getLogger("paretune.worker").error("%s", exc)
+        log.error("%s", exc)
         raise typer.Exit(code=2) from None
     finally:
         restore()

@@ -6,11 +6,12 @@ the network between a worker and the service is one of these models, serialised 
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 CONTRACT_VERSION = 1
 CONTRACT_HEADER = "X-Paretune-Contract"  # every worker request names its CONTRACT_VERSION
@@ -27,6 +28,22 @@ class FailureReason(StrEnum):
     ERROR = "error"  # anything else raised by the backend or the user's objective
     LEASE_EXPIRED = "lease expired"  # set by the service only
     CANCELLED = "cancelled"  # set by the service only
+
+
+SERVICE_ONLY_REASONS = frozenset({FailureReason.LEASE_EXPIRED, FailureReason.CANCELLED})
+
+
+class IsolationLevel(StrEnum):
+    """How a worker keeps a trial away from its secrets and the host (docs/security.md),
+    weakest first."""
+
+    NONE = "none"  # same user as the agent: rlimits and a scrubbed environment only
+    USER = "user"  # an unprivileged uid of its own, private job directory
+    NAMESPACES = "namespaces"  # and own mount, PID, IPC, UTS and network namespaces
+
+    @property
+    def rank(self) -> int:
+        return list(IsolationLevel).index(self)
 
 
 class Fingerprint(BaseModel):
@@ -47,6 +64,7 @@ class Fingerprint(BaseModel):
     backends: list[str] = Field(default_factory=list)  # backends this worker can run
     energy: bool = False  # whether an energy counter (RAPL or NVML) is readable
     paretune: str = ""
+    isolation: IsolationLevel = IsolationLevel.NONE  # how its trials are isolated
 
 
 class RegisterRequest(BaseModel):
@@ -99,6 +117,20 @@ class MeasureSettings(BaseModel):
 Stage = Literal["screen", "full"]
 
 
+class SandboxLimits(BaseModel):
+    """Resource limits of a trial's sandbox processes. A study may lower the worker's caps
+    (limits.sandbox in the study document); a worker applies min(study, its cap)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_mb: int | None = Field(default=None, ge=64, le=16 << 20)  # address space (data for GPU backends)
+    processes: int | None = Field(default=None, ge=8, le=1 << 20)  # processes and threads of the sandbox user
+    file_size_mb: int | None = Field(default=None, ge=1, le=16 << 20)  # largest file it may write
+    open_files: int | None = Field(default=None, ge=32, le=1 << 20)
+    cpu_s: int | None = Field(default=None, ge=1, le=7 * 86_400)  # CPU time of one phase
+    disk_mb: int | None = Field(default=None, ge=1, le=16 << 20)  # size of its job directory
+
+
 class TrialSpec(BaseModel):
     """One unit of work: a configuration of a kernel to compile, check and measure."""
 
@@ -115,6 +147,7 @@ class TrialSpec(BaseModel):
     measure: MeasureSettings = Field(default_factory=MeasureSettings)
     # a study that screens: "screen" (objectives and measure are the screen's) or "full"
     stage: Stage | None = None
+    sandbox: SandboxLimits = Field(default_factory=SandboxLimits)  # the study's own lower limits
 
 
 class ValidationCandidate(BaseModel):
@@ -186,6 +219,37 @@ class HeartbeatResponse(BaseModel):
     cancel: bool = False  # the study was cancelled: stop the trial and post nothing
 
 
+# Metrics that are amounts of time, energy or power: never negative.
+NON_NEGATIVE_METRICS = frozenset({"runtime_ms", "latency_ms", "p99_ms", "energy_mj", "power_w", "compile_s"})
+NON_NEGATIVE_UNITS = frozenset({"ns", "us", "ms", "s", "mJ", "J", "W"})
+
+
+def _finite(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be a finite number, not {value}")
+    return value
+
+
+def worker_reason(reason: FailureReason | None) -> FailureReason | None:
+    """A failure reason a worker may report (not one the service sets)."""
+    if reason in SERVICE_ONLY_REASONS:
+        allowed = ", ".join(r.value for r in FailureReason if r not in SERVICE_ONLY_REASONS)
+        raise ValueError(f"{reason.value!r} is set by the service only; a worker reports one of {allowed}")
+    return reason
+
+
+def durations(timings: dict[str, float]) -> dict[str, float]:
+    for name, value in timings.items():
+        if _finite(value, f"timing {name!r}") < 0:
+            raise ValueError(f"timing {name!r} is a duration and cannot be negative ({value})")
+    return timings
+
+
+def is_amount(name: str, unit: str) -> bool:
+    """Whether a metric is a time, an energy or a power (never negative)."""
+    return name in NON_NEGATIVE_METRICS or unit in NON_NEGATIVE_UNITS
+
+
 class Metric(BaseModel):
     """A measured objective with its sample statistics."""
 
@@ -193,8 +257,28 @@ class Metric(BaseModel):
     unit: str = ""
     ci_low: float | None = None
     ci_high: float | None = None
-    n: int = 1
+    n: int = Field(default=1, ge=0)
     stats: dict[str, float] = Field(default_factory=dict)  # median, mean, std, p99, min, max
+
+    @field_validator("value", "ci_low", "ci_high")
+    @classmethod
+    def _finite_value(cls, value: float | None) -> float | None:
+        return None if value is None else _finite(value, "the value")
+
+    @field_validator("stats")
+    @classmethod
+    def _finite_stats(cls, stats: dict[str, float]) -> dict[str, float]:
+        for name, value in stats.items():
+            _finite(value, f"statistic {name!r}")
+        return stats
+
+    def negative_part(self) -> str | None:
+        """The first of value, interval and statistics that is below zero, if any."""
+        for name, value in [("value", self.value), ("ci_low", self.ci_low), ("ci_high", self.ci_high),
+                            *((f"stats.{k}", v) for k, v in self.stats.items())]:
+            if value is not None and value < 0:
+                return f"{name} is {value}"
+        return None
 
 
 class TrialResult(BaseModel):
@@ -209,6 +293,19 @@ class TrialResult(BaseModel):
     environment: dict[str, Any] = Field(default_factory=dict)  # clocks, temperature, throttling
     timings: dict[str, float] = Field(default_factory=dict)  # compile_s, check_s, measure_s
     log: str = Field(default="", max_length=200_000)
+
+    _worker_reason = field_validator("failure_reason")(lambda cls, reason: worker_reason(reason))
+    _durations = field_validator("timings")(lambda cls, timings: durations(timings))
+
+    @field_validator("metrics")
+    @classmethod
+    def _amounts_not_negative(cls, metrics: dict[str, Metric]) -> dict[str, Metric]:
+        for name, metric in metrics.items():
+            if is_amount(name, metric.unit):
+                problem = metric.negative_part()
+                if problem:
+                    raise ValueError(f"{name!r} is a time, energy or power and cannot be negative: {problem}")
+        return metrics
 
 
 class ResultAck(BaseModel):
@@ -276,6 +373,16 @@ class ConfigOutcome(BaseModel):
     environments: list[dict[str, Any]] = Field(default_factory=list)  # of each round's measurement
     compile_report: dict[str, Any] = Field(default_factory=dict)
 
+    _worker_reason = field_validator("failure_reason")(lambda cls, reason: worker_reason(reason))
+
+    @model_validator(mode="after")
+    def _measured(self) -> ConfigOutcome:
+        for name, values in self.values.items():
+            for index, value in enumerate(values):
+                if _finite(value, f"values.{name}.{index}") < 0 and is_amount(name, self.units.get(name, "")):
+                    raise ValueError(f"values.{name}.{index}: a time, energy or power cannot be negative ({value})")
+        return self
+
 
 class ValidationReport(BaseModel):
     """What a worker reports for a validation lease. `failed` when no comparison could be
@@ -295,6 +402,9 @@ class ValidationReport(BaseModel):
     environment: dict[str, Any] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     log: str = Field(default="", max_length=200_000)
+
+    _worker_reason = field_validator("failure_reason")(lambda cls, reason: worker_reason(reason))
+    _durations = field_validator("timings")(lambda cls, timings: durations(timings))
 
 
 class ValidationAck(BaseModel):

@@ -97,9 +97,15 @@ def paretune_version() -> str:
         return "0+unknown"
 
 
-def collect(probes: dict[str, dict[str, Any]], gpu: int | None = None) -> Fingerprint:
+def collect(
+    probes: dict[str, dict[str, Any]],
+    gpu: int | None = None,
+    isolation: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+) -> Fingerprint:
     """The fingerprint of this machine given the backends' probe() results; `gpu` is the
-    one GPU the worker is pinned to, if any."""
+    one GPU the worker is pinned to, if any; `isolation` how its trials are isolated
+    (Isolation.describe()) and `limits` the caps on their resources."""
     compilers: dict[str, str] = {}
     cc = cc_version()
     if cc:
@@ -118,6 +124,8 @@ def collect(probes: dict[str, dict[str, Any]], gpu: int | None = None) -> Finger
         },
         **gpus(),
         **(gpu_identity(gpu) if gpu is not None else {}),
+        **({"isolation_detail": isolation} if isolation else {}),
+        **({"sandbox_limits": limits} if limits else {}),
     }
     return Fingerprint(
         hostname=socket.gethostname(),
@@ -129,5 +137,6 @@ def collect(probes: dict[str, dict[str, Any]], gpu: int | None = None) -> Finger
         backends=available,
         energy=any(probes[name].get("energy") for name in available),
         paretune=paretune_version(),
+        isolation=(isolation or {}).get("level", "none"),
         **extra,
     )

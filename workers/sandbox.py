@@ -1,12 +1,17 @@
-"""Runs each phase of a trial in its own subprocess, so that a compile error, a segfault, a
-hang or a wrong result fails only that trial and never the worker agent.
+"""Runs each phase of a trial in its own sandbox process, so that a compile error, a
+segfault, a hang, a wrong result or a hostile kernel fails only that trial and never the
+worker agent, its secrets or another team's trials.
 
-A trial has two phases, each a fresh `python -m workers.sandbox_child` process in its own
-process group (session):
-  compile  under the trial's compile_timeout_s, on the compile CPUs; the artifact goes into
-           the on-disk cache, so a configuration seen before skips this phase;
-  run      check + measure under run_timeout_s, on the measurement CPUs.
-On a timeout or a cancel the whole process group is killed (SIGKILL), compilers included.
+A trial has two phases, each a fresh `python -m workers.sandbox_child` process (or a warm
+runner, see workers.runner) in a sandbox of the agent's isolation level
+(workers.isolation) with the trial's resource limits (workers.isolation_limits):
+  compile  under the trial's compile_timeout_s, on the compile CPUs, into the job's build
+           directory; the agent then copies the build into the artifact cache (never the
+           sandbox), so a configuration seen before skips this phase;
+  run      check + measure under run_timeout_s, on the measurement CPUs, on a verified copy
+           of the build.
+On a timeout, a cancel or a limit (the job directory over its disk limit) the sandbox is
+killed, and after every phase everything it left running is (workers.isolation_jobs.sweep).
 A process that dies from a signal fails the trial with reason `crash` and the signal name.
 """
 
@@ -15,31 +20,33 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import workers
+from workers import isolation_limits
 from workers.backends import BackendUnavailable, get_backend, needs_compile
 from workers.backends.base import CompiledKernel, TrialFailure
 from workers.cache import ArtifactCache
 from workers.contract import FailureReason, Metric, TrialResult, TrialSpec, ValidationSpec
-from workers.runner import RunnerPool, WarmRunner, wait_until
+from workers.isolation import sandbox_env
+from workers.isolation_files import UnsafeFile, read_untrusted
+from workers.isolation_jobs import BUILD, TOOL_CACHE, Job, Sandbox, default_sandbox
+from workers.runner import RunnerPool, WarmRunner, read_from, wait_until
 
 log = logging.getLogger(__name__)
 
 LOG_EXCERPT_BYTES = 4096
 _POLL_S = 0.05
-_PACKAGE_ROOT = str(Path(workers.__file__).resolve().parent.parent)
 
 
 @dataclass
@@ -61,75 +68,71 @@ def tail(text: str, limit: int = LOG_EXCERPT_BYTES) -> str:
     return "[...]\n" + data[-limit:].decode("utf-8", "replace")
 
 
-def _read_tail(path: Path, limit: int = LOG_EXCERPT_BYTES) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            data = handle.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", "replace")
-    return ("[...]\n" + text) if size > limit else text
-
-
 def child_env(cpus: list[int] | None, overrides: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a sandbox process: this one's, plus `overrides` (e.g. the GPU
-    it may see), the package on its path, and thread pools sized to its CPUs."""
-    env = {**os.environ, **(overrides or {})}
-    paths = [_PACKAGE_ROOT, os.getcwd(), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PARETUNE_AGENT_PID"] = str(os.getpid())
-    if cpus:
-        env["PARETUNE_SANDBOX_CPUS"] = ",".join(map(str, cpus))
-    threads = str(len(cpus)) if cpus else env.get("OMP_NUM_THREADS", "")
-    if threads:  # BLAS thread pools sized to the CPUs the phase may use
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[var] = threads
-    return env
+    """The environment of a sandbox process at the none level (an allow-list, never the
+    agent's own environment), plus `overrides` (e.g. the GPU it may see)."""
+    return sandbox_env(cpus, home=tempfile.gettempdir(), overrides=overrides, agent_pid=os.getpid())
 
 
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+@contextlib.contextmanager
+def phase_job(
+    sandbox: Sandbox, runners: RunnerPool | None, phase: str, spec: TrialSpec | ValidationSpec
+) -> Iterator[tuple[Job, WarmRunner | None]]:
+    """The job directory of one phase (in the warm runner's area when the backend uses
+    one), removed afterwards."""
+    runner = runners.get(phase, spec.kernel.backend, spec.study_id) if runners is not None else None
+    job = runner.new_job() if runner is not None else sandbox.new_job(phase)
+    try:
+        yield job, runner
+    finally:
+        shutil.rmtree(job.outside, ignore_errors=True)
 
 
 def run_phase(
     phase: str,
     spec: TrialSpec | ValidationSpec,
-    jobdir: Path,
+    job: Job,
     timeout_s: float,
     *,
+    sandbox: Sandbox,
+    runner: WarmRunner | None = None,
+    runners: RunnerPool | None = None,
     cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
     on_phase: Callable[[str], None] | None = None,
     extra: dict[str, Any] | None = None,
-    env: dict[str, str] | None = None,
-    runners: RunnerPool | None = None,
 ) -> PhaseOutcome:
-    """Run one phase in a sandbox process (a warm runner from `runners` when the backend
-    uses one, else a fresh process) and classify how it ended."""
-    job = {"phase": phase, "trial": spec.model_dump(mode="json"), "cpus": cpus, **(extra or {})}
-    (jobdir / "job.json").write_text(json.dumps(job, default=str))
-    runner = runners.get(phase, spec.kernel.backend) if runners is not None else None
+    """Run one phase in its sandbox (the warm `runner`, else a fresh process) and classify
+    how it ended."""
+    limits = sandbox.limits(spec)
+    document = {
+        "phase": phase,
+        "trial": spec.model_dump(mode="json"),
+        "cpus": cpus,
+        "limits": limits,
+        "env": sandbox.job_env(job),
+        **(extra or {}),
+    }
+    (job.outside / "job.json").write_text(json.dumps(document, default=str))
+    watch = sandbox.disk_watch(job.outside, limits)
     if runner is None:
-        outcome = _run_fresh(phase, jobdir, timeout_s, cpus, cancel, on_phase, env)
-        outcome.sandbox = {"warm": False}
+        outcome = _run_fresh(phase, spec, job, timeout_s, sandbox, cpus, cancel, on_phase, watch, limits)
+        outcome.sandbox = {"warm": False, "isolation": sandbox.isolation.level.value}
         return outcome
     assert runners is not None
-    return _run_warm(runners, runner, phase, jobdir, timeout_s, cancel, on_phase)
+    outcome = _run_warm(runners, runner, phase, job, timeout_s, cancel, on_phase, watch, limits)
+    outcome.sandbox["isolation"] = sandbox.isolation.level.value
+    return outcome
 
 
-def _progress(jobdir: Path, on_phase: Callable[[str], None] | None) -> Callable[[], None] | None:
+def _progress(job: Job, on_phase: Callable[[str], None] | None) -> Callable[[], None] | None:
     """A poll callback that tells `on_phase` when the sandbox reports a new phase."""
     if on_phase is None:
         return None
     seen = {"phase": ""}
 
     def poll() -> None:
-        current = _read_phase(jobdir)
+        current = _read_phase(job)
         if current and current != seen["phase"]:
             seen["phase"] = current
             on_phase(current)
@@ -139,36 +142,49 @@ def _progress(jobdir: Path, on_phase: Callable[[str], None] | None) -> Callable[
 
 def _run_fresh(
     phase: str,
-    jobdir: Path,
+    spec: TrialSpec | ValidationSpec,
+    job: Job,
     timeout_s: float,
+    sandbox: Sandbox,
     cpus: list[int] | None,
     cancel: threading.Event | None,
     on_phase: Callable[[str], None] | None,
-    env: dict[str, str] | None,
+    watch: Callable[[], str | None],
+    limits: dict[str, Any],
 ) -> PhaseOutcome:
-    output_path = jobdir / f"{phase}.log"
+    output_path = sandbox.log_path(job.outside.name)
+    command = sandbox.command(phase, spec.kernel.backend, [job.inside], sandbox.binds(job, phase), chdir=job.inside)
     started = time.monotonic()
     with output_path.open("wb") as output:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.sandbox_child", str(jobdir)],
-            cwd=jobdir,
-            env=child_env(cpus, env),
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        proc = sandbox.spawn(command, cwd=job.outside, env=sandbox.env(cpus, job.inside), stdin=subprocess.DEVNULL,
+                             stdout=output, stderr=subprocess.STDOUT)
+    try:
+        progress = _progress(job, on_phase)
+        timed_out, abandoned, killed = wait_until(
+            lambda: proc.poll() is not None, started, timeout_s, cancel, progress, _POLL_S, watch
         )
-    progress = _progress(jobdir, on_phase)
-    timed_out, abandoned = wait_until(lambda: proc.poll() is not None, started, timeout_s, cancel, progress, _POLL_S)
-    _kill_group(proc.pid)  # the process on a timeout; strays it left behind otherwise
-    returncode = proc.wait()
+        # the process on a timeout, a limit or a cancel; whatever it left behind in any case
+        sandbox.sweep(phase, group=proc.pid)
+        returncode = proc.wait()
+    finally:
+        sandbox.ended(proc.pid)
     wall_s = time.monotonic() - started
-    output_tail = _read_tail(output_path)
+    output_tail = read_from(output_path, 0, LOG_EXCERPT_BYTES)
+    output_path.unlink(missing_ok=True)
     if abandoned:
         return PhaseOutcome(False, abandoned=True, message="abandoned", wall_s=wall_s)
     if timed_out:
         return _timed_out(phase, timeout_s, wall_s, output_tail)
-    return _classify(phase, jobdir, returncode, output_tail, wall_s)
+    if killed:
+        return PhaseOutcome(False, reason=FailureReason.CRASH, message=killed, log=output_tail, wall_s=wall_s)
+    return _classify(phase, job, _status(sandbox, returncode), output_tail, wall_s, limits)
+
+
+def _status(sandbox: Sandbox, returncode: int) -> int:
+    """The sandboxed command's exit status as Popen reports a process's (-N: signal N)."""
+    if sandbox.isolation.namespaces and returncode > 128:
+        return 128 - returncode  # bwrap exits with 128 + the signal that killed its command
+    return returncode
 
 
 def _timed_out(phase: str, timeout_s: float, wall_s: float, output_tail: str) -> PhaseOutcome:
@@ -178,7 +194,7 @@ def _timed_out(phase: str, timeout_s: float, wall_s: float, output_tail: str) ->
         reason=FailureReason.TIMEOUT,
         wall_s=wall_s,
         log=output_tail,
-        message=f"{phase} did not finish within {limit}={timeout_s:g} s; its process group was killed",
+        message=f"{phase} did not finish within {limit}={timeout_s:g} s; its sandbox was killed",
     )
 
 
@@ -186,12 +202,14 @@ def _run_warm(
     runners: RunnerPool,
     runner: WarmRunner,
     phase: str,
-    jobdir: Path,
+    job: Job,
     timeout_s: float,
     cancel: threading.Event | None,
     on_phase: Callable[[str], None] | None,
+    watch: Callable[[], str | None],
+    limits: dict[str, Any],
 ) -> PhaseOutcome:
-    served = runner.serve(jobdir, timeout_s, cancel, _progress(jobdir, on_phase))
+    served = runner.serve(job, timeout_s, cancel, _progress(job, on_phase), watch)
     sandbox = {**runner.describe(), "start_wait_s": served.wait_s}
     if served.abandoned:
         outcome = PhaseOutcome(False, abandoned=True, message="abandoned", wall_s=served.wall_s)
@@ -205,9 +223,12 @@ def _run_warm(
         )
     elif served.timed_out:
         outcome = _timed_out(phase, timeout_s, served.wall_s, served.output_tail)
+    elif served.killed:
+        outcome = PhaseOutcome(False, reason=FailureReason.CRASH, message=served.killed, log=served.output_tail,
+                               wall_s=served.wall_s)
     else:
-        returncode = 0 if served.returncode is None else served.returncode
-        outcome = _classify(phase, jobdir, returncode, served.output_tail, served.wall_s)
+        returncode = 0 if served.returncode is None else _status(runner.sandbox, served.returncode)
+        outcome = _classify(phase, job, returncode, served.output_tail, served.wall_s, limits)
     # A runner serves on only after a clean trial; in the compile phase a compile error
     # reported by the compiler is clean too (nothing ran on the device).
     clean = served.returncode is None and (
@@ -221,17 +242,21 @@ def _run_warm(
     return outcome
 
 
-def _read_phase(jobdir: Path) -> str:
+def _read_phase(job: Job) -> str:
     try:
-        return (jobdir / "phase").read_text().strip()
-    except OSError:
+        return read_untrusted(job.outside / "phase", 64).decode("utf-8", "replace").strip()
+    except UnsafeFile:
         return ""
 
 
-def _classify(phase: str, jobdir: Path, returncode: int, output_tail: str, wall_s: float) -> PhaseOutcome:
+def _classify(
+    phase: str, job: Job, returncode: int, output_tail: str, wall_s: float, limits: dict[str, Any]
+) -> PhaseOutcome:
     try:
-        payload = json.loads((jobdir / "result.json").read_text())
-    except (OSError, ValueError):
+        payload = json.loads(read_untrusted(job.outside / "result.json"))
+        if not isinstance(payload, dict):
+            payload = None
+    except (UnsafeFile, ValueError):
         payload = None
     if payload is None:
         if returncode < 0:
@@ -240,19 +265,28 @@ def _classify(phase: str, jobdir: Path, returncode: int, output_tail: str, wall_
             except ValueError:
                 name = f"signal {-returncode}"
             message = f"the {phase} process was killed by {name} (signal {-returncode})"
+            why = isolation_limits.explain_signal(-returncode, limits)
+            if why:
+                message += f"; {why}"
         else:
             message = f"the {phase} process exited with status {returncode} and no result"
         return PhaseOutcome(False, reason=FailureReason.CRASH, message=message, log=output_tail, wall_s=wall_s)
     if payload.get("ok"):
         return PhaseOutcome(True, payload=payload, log=output_tail, wall_s=wall_s)
-    combined = tail(payload.get("log", ""))
+    combined = tail(str(payload.get("log", "")))
     if output_tail.strip() and output_tail.strip() not in combined:
         combined = (combined + "\n--- sandbox output ---\n" + output_tail).strip()
+    try:
+        reason = FailureReason(payload.get("reason"))
+    except ValueError:
+        reason = FailureReason.ERROR
+    if reason in (FailureReason.LEASE_EXPIRED, FailureReason.CANCELLED):
+        reason = FailureReason.ERROR  # the service's to set, not a sandbox's
     return PhaseOutcome(
         False,
         payload=payload,
-        reason=FailureReason(payload["reason"]),
-        message=payload.get("message", ""),
+        reason=reason,
+        message=str(payload.get("message", "")),
         log=combined,
         wall_s=wall_s,
     )
@@ -260,7 +294,8 @@ def _classify(phase: str, jobdir: Path, returncode: int, output_tail: str, wall_
 
 @dataclass
 class CompileStage:
-    """What the run phase needs from the compile phase: the artifact, or the failure."""
+    """What the run phase needs from the compile phase: the artifact (a verified copy,
+    private to the agent), or the failure."""
 
     built: CompiledKernel | None = None
     failure: TrialResult | None = None
@@ -269,6 +304,11 @@ class CompileStage:
     wall_s: float = 0.0
     abandoned: bool = False
     sandbox: dict[str, Any] = field(default_factory=dict)  # the compile process, if one ran
+
+    def discard(self) -> None:
+        """Remove the agent's private copy of the build (after the run phase)."""
+        if self.built is not None and self.built.directory.parent.name.startswith("stage-"):
+            shutil.rmtree(self.built.directory.parent, ignore_errors=True)
 
 
 def failed(reason: FailureReason, message: str, log_text: str = "", **fields: Any) -> TrialResult:
@@ -281,21 +321,29 @@ def failed(reason: FailureReason, message: str, log_text: str = "", **fields: An
     )
 
 
+def _stage_dir(sandbox: Sandbox) -> Path:
+    stages = sandbox.root / "stages"
+    stages.mkdir(mode=0o700, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="stage-", dir=stages)) / "build"
+
+
 def compile_trial(
     spec: TrialSpec,
     cache: ArtifactCache,
     *,
     cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
-    env: dict[str, str] | None = None,
+    sandbox: Sandbox | None = None,
     runners: RunnerPool | None = None,
 ) -> CompileStage:
-    """Build the trial's artifact (or find it in the cache) in a sandbox process."""
+    """Build the trial's artifact in a sandbox process (or find it in the cache), and give
+    the run phase a verified copy of it."""
+    sandbox = sandbox or default_sandbox()
     started = time.monotonic()
     try:
         backend = get_backend(spec.kernel.backend)
         if not needs_compile(backend):
-            return CompileStage(built=CompiledKernel(cache.root, report={"compile_s": 0.0}))
+            return CompileStage(built=CompiledKernel(_stage_dir(sandbox), report={"compile_s": 0.0}))
         key = backend.cache_key(spec.kernel, spec.config)
     except BackendUnavailable as exc:
         return CompileStage(failure=failed(FailureReason.UNSUPPORTED, str(exc)))
@@ -303,28 +351,22 @@ def compile_trial(
         return CompileStage(failure=failed(exc.reason, exc.message, exc.log))
     except Exception as exc:
         return CompileStage(failure=failed(FailureReason.ERROR, f"cache key: {exc}"))
-    hit = cache.lookup(key)
+    stage_dir = _stage_dir(sandbox)
+    hit = cache.checkout(key, stage_dir)
     if hit is not None:
         return CompileStage(built=hit, cached=True, key=key, wall_s=time.monotonic() - started)
-    staging = cache.staging()
-    jobdir = Path(tempfile.mkdtemp(prefix="compile-", dir=cache.root / "staging"))
-    try:
+    shutil.rmtree(stage_dir.parent, ignore_errors=True)
+    with phase_job(sandbox, runners, "compile", spec) as (job, runner):
+        job.build.mkdir()
+        sandbox.give(job.build, "compile")
         outcome = run_phase(
-            "compile",
-            spec,
-            jobdir,
-            spec.compile_timeout_s,
-            cpus=cpus,
-            cancel=cancel,
-            extra={"workdir": str(staging)},
-            env=env,
-            runners=runners,
+            "compile", spec, job, spec.compile_timeout_s, sandbox=sandbox, runner=runner, runners=runners,
+            cpus=cpus, cancel=cancel, extra={"workdir": job.build_inside},
         )
-    finally:
-        shutil.rmtree(jobdir, ignore_errors=True)
+        if outcome.ok:
+            committed = _commit(cache, key, job, outcome.payload)
     wall_s = time.monotonic() - started
     if not outcome.ok:
-        cache.discard(staging)
         if outcome.abandoned:
             return CompileStage(abandoned=True, key=key, wall_s=wall_s)
         assert outcome.reason is not None
@@ -336,23 +378,87 @@ def compile_trial(
             compile_report={"sandbox": outcome.sandbox},
         )
         return CompileStage(failure=result, key=key, wall_s=wall_s, sandbox=outcome.sandbox)
-    payload = outcome.payload
-    built = CompiledKernel(staging, payload.get("files", {}), payload.get("report", {}), payload.get("log", ""))
-    return CompileStage(built=cache.commit(key, built), key=key, wall_s=wall_s, sandbox=outcome.sandbox)
+    if isinstance(committed, str):
+        result = failed(FailureReason.ERROR, committed, timings={"compile_wall_s": wall_s})
+        return CompileStage(failure=result, key=key, wall_s=wall_s, sandbox=outcome.sandbox)
+    stage_dir = _stage_dir(sandbox)
+    built = cache.checkout(key, stage_dir)
+    if built is None:  # gone again already (pruned, or tampered with and discarded)
+        shutil.rmtree(stage_dir.parent, ignore_errors=True)
+        result = failed(FailureReason.ERROR, "the build vanished from the artifact cache right after it was made")
+        return CompileStage(failure=result, key=key, wall_s=wall_s, sandbox=outcome.sandbox)
+    return CompileStage(built=built, key=key, wall_s=wall_s, sandbox=outcome.sandbox)
+
+
+def _commit(cache: ArtifactCache, key: str, job: Job, payload: dict[str, Any]) -> CompiledKernel | str:
+    """The sandbox's build copied into the cache by the agent; a message if it cannot be."""
+    files = payload.get("files", {})
+    report = payload.get("report", {})
+    if not isinstance(files, dict) or not isinstance(report, dict):
+        return "the compile sandbox reported a malformed build"
+    report = {**report, "build_dir": job.build_inside}  # where paths recorded in the build point
+    try:
+        return cache.commit(key, CompiledKernel(job.build, files, report, str(payload.get("log", ""))))
+    except (UnsafeFile, ValueError, OSError) as exc:
+        return f"the build cannot go into the artifact cache: {exc}"
+
+
+def place_build(sandbox: Sandbox, job: Job, built: CompiledKernel, name: str = BUILD) -> str:
+    """The run phase's copy of a build in its job directory (as `name`): the agent's files,
+    readable by the sandbox; only the Triton cache within is the sandbox's to write. Returns
+    the copy's path as the sandbox sees it."""
+    target, inside = job.outside / name, f"{job.inside}/{name}"
+    if built.directory.is_dir():
+        shutil.copytree(built.directory, target, symlinks=True)
+    else:
+        target.mkdir()
+    tool_cache = target / TOOL_CACHE
+    if not built.files:  # nothing built (the python backend): the trial may write its source here
+        sandbox.give(target, "run")
+    elif tool_cache.is_dir():
+        _relocate(tool_cache, str(built.report.get("build_dir", "")), inside)
+        sandbox.give(tool_cache, "run")
+    return inside
+
+
+def _relocate(directory: Path, old: str, new: str) -> None:
+    """Paths a tool recorded at compile time (Triton's cache groups) point at this copy."""
+    if not old or old == new:
+        return
+    for path in directory.rglob("*.json"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_size < (1 << 20):
+            text = path.read_text(errors="replace")
+            if old in text:
+                path.write_text(text.replace(f"{old}/", f"{new}/"))
 
 
 def run_trial(
     spec: TrialSpec,
     stage: CompileStage,
-    work_root: Path,
     *,
     cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
     on_phase: Callable[[str], None] | None = None,
-    env: dict[str, str] | None = None,
+    sandbox: Sandbox | None = None,
     runners: RunnerPool | None = None,
 ) -> TrialResult | None:
     """Check and measure a compiled trial in a sandbox process; None if it was abandoned."""
+    sandbox = sandbox or default_sandbox()
+    try:
+        return _run_stage(spec, stage, sandbox, cpus, cancel, on_phase, runners)
+    finally:
+        stage.discard()
+
+
+def _run_stage(
+    spec: TrialSpec,
+    stage: CompileStage,
+    sandbox: Sandbox,
+    cpus: list[int] | None,
+    cancel: threading.Event | None,
+    on_phase: Callable[[str], None] | None,
+    runners: RunnerPool | None,
+) -> TrialResult | None:
     if stage.abandoned:
         return None
     if stage.failure is not None:
@@ -360,50 +466,38 @@ def run_trial(
     assert stage.built is not None
     built = stage.built
     compile_report = {**built.report, "cached": stage.cached, "cache_key": stage.key}
+    compile_report.pop("build_dir", None)
     if stage.sandbox:
         compile_report["sandbox"] = stage.sandbox
     base_timings = {
         "compile_s": float(built.report.get("compile_s", 0.0)),
         "compile_wall_s": stage.wall_s,
     }
-    extra = {
-        "built": {
-            "directory": str(built.directory),
-            "files": built.files,
-            "report": built.report,
-            "log": "",
-        }
-    }
-    jobdir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root))
-    try:
+    with phase_job(sandbox, runners, "run", spec) as (job, runner):
+        place_build(sandbox, job, built)
+        extra = {"built": {"directory": job.build_inside, "files": built.files, "report": built.report, "log": ""}}
         outcome = run_phase(
-            "run",
-            spec,
-            jobdir,
-            spec.run_timeout_s,
-            cpus=cpus,
-            cancel=cancel,
-            on_phase=on_phase,
-            extra=extra,
-            env=env,
-            runners=runners,
+            "run", spec, job, spec.run_timeout_s, sandbox=sandbox, runner=runner, runners=runners, cpus=cpus,
+            cancel=cancel, on_phase=on_phase, extra=extra,
         )
-    finally:
-        shutil.rmtree(jobdir, ignore_errors=True)
     if outcome.abandoned:
         return None
     payload = outcome.payload
-    timings = {**base_timings, **payload.get("timings", {}), "run_wall_s": outcome.wall_s}
+    timings = {**base_timings, **_numbers(payload.get("timings", {})), "run_wall_s": outcome.wall_s}
     common = {
         "compile_report": compile_report,
         "timings": timings,
-        "correctness": payload.get("correctness", {}),
-        "environment": {**payload.get("environment", {}), "sandbox": outcome.sandbox},
+        "correctness": payload.get("correctness", {}) if isinstance(payload.get("correctness"), dict) else {},
+        "environment": {**_mapping(payload.get("environment")), "sandbox": outcome.sandbox},
     }
     if not outcome.ok:
         assert outcome.reason is not None
         return failed(outcome.reason, outcome.message, outcome.log, **common)
-    metrics = {name: Metric.model_validate(m) for name, m in payload["metrics"].items()}
+    try:
+        metrics = {name: Metric.model_validate(m) for name, m in payload["metrics"].items()}
+        result = TrialResult(status="completed", metrics=metrics, **common)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return failed(FailureReason.ERROR, f"the sandbox reported unusable metrics: {exc}", outcome.log, **common)
     missing = [name for name in spec.objectives if name not in metrics]
     if missing:
         return failed(
@@ -412,12 +506,23 @@ def run_trial(
             **common,
         )
     log_text = tail(built.log) + ("\n" + outcome.log if outcome.log.strip() else "")
-    return TrialResult(
-        status="completed",
-        metrics=metrics,
-        log=tail(log_text.strip(), 16_000),
-        **common,
-    )
+    result.log = tail(log_text.strip(), 16_000)
+    return result
+
+
+def _numbers(value: Any) -> dict[str, float]:
+    """The durations a sandbox reported that are durations (finite, not negative)."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(k): float(v)
+        for k, v in value.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    }
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def execute_trial(
@@ -427,8 +532,9 @@ def execute_trial(
     compile_cpus: list[int] | None = None,
     run_cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
+    sandbox: Sandbox | None = None,
     runners: RunnerPool | None = None,
 ) -> TrialResult | None:
     """Compile then run one trial, each phase sandboxed (no pipelining)."""
-    stage = compile_trial(spec, cache, cpus=compile_cpus, cancel=cancel, runners=runners)
-    return run_trial(spec, stage, cache.root / "staging", cpus=run_cpus, cancel=cancel, runners=runners)
+    stage = compile_trial(spec, cache, cpus=compile_cpus, cancel=cancel, sandbox=sandbox, runners=runners)
+    return run_trial(spec, stage, cpus=run_cpus, cancel=cancel, sandbox=sandbox, runners=runners)

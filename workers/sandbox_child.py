@@ -1,13 +1,16 @@
 """The inside of the trial sandbox: `python -m workers.sandbox_child JOBDIR`, or a warm
-runner `python -m workers.sandbox_child --serve BACKEND RUNDIR`.
+runner `python -m workers.sandbox_child --serve BACKEND RUNDIR`, or the isolation probe
+`python -m workers.sandbox_child --probe PATHS`.
 
-Reads JOBDIR/job.json (phase, trial spec, build directory, CPUs), runs one phase of the
-trial with its backend and writes JOBDIR/result.json. Progress within the run phase
-(check, then measure) is written to JOBDIR/phase for the agent's heartbeats. Anything the
-kernel prints, and the Python traceback of a fatal signal, lands in the job's output log,
-which the agent excerpts. A warm runner warms its backend up once, writes RUNDIR/ready,
-then does the same for each job directory it reads from stdin (workers.runner is its
-outside). See workers.sandbox for the outside of both.
+Reads JOBDIR/job.json (phase, trial spec, build directory, CPUs, limits, environment),
+sets its resource limits, runs one phase of the trial with its backend and writes
+JOBDIR/result.json. Progress within the run phase (check, then measure) is written to
+JOBDIR/phase for the agent's heartbeats. Anything the kernel prints, and the Python
+traceback of a fatal signal, lands in the job's output log, which the agent excerpts. A
+warm runner sets the worker's caps as its hard limits, warms its backend up once, writes
+RUNDIR/ready, then does the same for each job directory it reads from stdin, with that
+trial's limits as soft limits (workers.runner is its outside). Paths are as the sandbox
+sees them. See workers.sandbox for the outside of both.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from workers import isolation_limits
 from workers.backends import BackendUnavailable, get_backend
 from workers.backends.base import Backend, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, TrialSpec
@@ -74,12 +78,18 @@ def _short(details: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in details.items() if not isinstance(v, list | dict)}
 
 
-def run_job(jobdir: Path) -> dict[str, Any]:
+def run_job(jobdir: Path, warm: bool = False) -> dict[str, Any]:
     job = json.loads((jobdir / "job.json").read_text())
     if job.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, job["cpus"])
+    os.environ.update(job.get("env", {}))  # e.g. this job's TRITON_CACHE_DIR
+    os.chdir(jobdir)
+    limits = job.get("limits")
     partial: dict[str, Any] = {}
     try:
+        if limits:
+            backend_name = job["trial"]["kernel"]["backend"]
+            (isolation_limits.apply_soft if warm else isolation_limits.apply)(limits, backend_name)
         if job.get("validation"):  # a validation job: checks and interleaved rounds
             return {"ok": True, **run_validation_job(job, jobdir, partial)}
         spec = TrialSpec.model_validate(job["trial"])
@@ -107,7 +117,7 @@ def run_job(jobdir: Path) -> dict[str, Any]:
         return {
             "ok": False,
             "reason": FailureReason.ERROR.value,
-            "message": f"{type(exc).__name__}: {exc}",
+            "message": isolation_limits.explain_exception(exc, limits) or f"{type(exc).__name__}: {exc}",
             "log": traceback.format_exc()[-LOG_LIMIT:],
             **partial,
         }
@@ -121,7 +131,8 @@ def die_with_agent(agent_pid: int | None) -> None:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if agent_pid is not None and os.getppid() != agent_pid:
-        os._exit(1)  # the agent died before the line above took effect
+        os._exit(1)  # the agent died before the line above took effect (no PID namespace:
+        # in one, the parent is bwrap, which dies with the agent and takes the namespace along)
 
 
 def write_result(jobdir: Path, result: dict[str, Any]) -> None:
@@ -158,6 +169,10 @@ def serve(backend_name: str, rundir: Path) -> None:
     if cpus and hasattr(os, "sched_setaffinity"):
         with contextlib.suppress(OSError, ValueError):
             os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
+    caps = os.environ.pop("PARETUNE_SANDBOX_LIMITS", "")
+    if caps:  # the worker's caps, as hard limits no trial of this runner can raise; CPU
+        # time adds up over the runner's life, so each trial gets its own soft limit only
+        isolation_limits.apply({**json.loads(caps), "cpu_s": None}, backend_name)
     info = warm_up(backend_name)
     flush_output()
     ready = rundir / "ready.tmp"
@@ -167,12 +182,31 @@ def serve(backend_name: str, rundir: Path) -> None:
         if not line.strip():
             continue
         jobdir = Path(line.strip())
-        result = run_job(jobdir)
+        result = run_job(jobdir, warm=True)
         flush_output()
         write_result(jobdir, result)
+        os.chdir(rundir)
         gc.collect()  # the last trial's buffers go before the next one measures
     flush_output()
     os._exit(0)
+
+
+def probe(paths: list[str]) -> dict[str, Any]:
+    """What this sandbox can see and who it runs as: the agent checks it before claiming
+    an isolation level (workers.isolation.probe)."""
+    from workers.measure import rapl
+
+    with open("/proc/net/dev") as handle:
+        interfaces = sorted(line.split(":")[0].strip() for line in handle.read().splitlines()[2:] if ":" in line)
+    return {
+        "uid": os.getuid(),
+        "euid": os.geteuid(),
+        "pid": os.getpid(),
+        "pid_namespace": os.readlink("/proc/self/ns/pid"),
+        "interfaces": interfaces,
+        "readable": {path: os.access(path, os.R_OK) for path in paths},
+        "rapl": bool(rapl.package_zones()),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -180,6 +214,9 @@ def main(argv: list[str] | None = None) -> None:
     agent_pid = os.environ.get("PARETUNE_AGENT_PID")
     die_with_agent(int(agent_pid) if agent_pid else None)
     faulthandler.enable()
+    if args and args[0] == "--probe":
+        print(json.dumps(probe(json.loads(args[1]))), flush=True)
+        os._exit(0)
     if args and args[0] == "--serve":
         serve(args[1], Path(args[2]))
     jobdir = Path(args[0])

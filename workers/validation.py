@@ -16,8 +16,6 @@ then says which configuration was running.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,8 +35,10 @@ from workers.contract import (
     ValidationSpec,
     WorkloadShape,
 )
+from workers.isolation_files import UnsafeFile, read_untrusted
+from workers.isolation_jobs import Sandbox, default_sandbox
 from workers.runner import RunnerPool
-from workers.sandbox import CompileStage, compile_trial, run_phase, tail
+from workers.sandbox import CompileStage, compile_trial, phase_job, place_build, run_phase, tail
 from workers.validation_run import BASELINE, label, read_progress
 from workers.validation_shapes import extended_shapes
 
@@ -84,7 +84,7 @@ def compile_validation(
     *,
     cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
-    env: dict[str, str] | None = None,
+    sandbox: Sandbox | None = None,
     runners: RunnerPool | None = None,
 ) -> ValidationBuild:
     """Build every configuration for the extended shapes (cached builds are reused)."""
@@ -96,7 +96,7 @@ def compile_validation(
     check_kernel = spec.kernel.model_copy(update={"workload": shapes})
     for candidate_id, config in configurations(spec):
         trial = _trial_spec(spec, check_kernel, candidate_id, config)
-        stage = compile_trial(trial, cache, cpus=cpus, cancel=cancel, env=env, runners=runners)
+        stage = compile_trial(trial, cache, cpus=cpus, cancel=cancel, sandbox=sandbox, runners=runners)
         if stage.abandoned or (cancel is not None and cancel.is_set()):
             build.abandoned = True
             return build
@@ -106,16 +106,31 @@ def compile_validation(
 
 def run_validation(
     build: ValidationBuild,
-    work_root: Path,
     *,
     cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
     on_phase: Callable[[str], None] | None = None,
-    env: dict[str, str] | None = None,
+    sandbox: Sandbox | None = None,
     runners: RunnerPool | None = None,
     fingerprint: Fingerprint | None = None,
 ) -> ValidationReport | None:
     """Check and measure the built configurations in one sandbox process; None if abandoned."""
+    try:
+        return _run_validation(build, cpus, cancel, on_phase, sandbox or default_sandbox(), runners, fingerprint)
+    finally:
+        for _, _, stage in build.stages:
+            stage.discard()
+
+
+def _run_validation(
+    build: ValidationBuild,
+    cpus: list[int] | None,
+    cancel: threading.Event | None,
+    on_phase: Callable[[str], None] | None,
+    sandbox: Sandbox,
+    runners: RunnerPool | None,
+    fingerprint: Fingerprint | None,
+) -> ValidationReport | None:
     if build.abandoned:
         return None
     spec = build.spec
@@ -126,32 +141,19 @@ def run_validation(
     if outcomes[BASELINE].status == "failed":
         return _failed(spec, outcomes, f"the baseline did not compile: {outcomes[BASELINE].message}", **common)
     runnable = [(cid, config, stage) for cid, config, stage in build.stages if stage.failure is None]
-    extra = {
-        "validation": {
-            "shapes": [s.model_dump(mode="json") for s in build.shapes],
-            "configs": [
-                {"candidate_id": cid, "config": config, "built": _built(stage)} for cid, config, stage in runnable
-            ],
-        }
-    }
-    jobdir = Path(tempfile.mkdtemp(prefix="validate-", dir=work_root))
-    try:
-        outcome = run_phase(
-            "run",
-            spec,
-            jobdir,
-            spec.run_timeout_s,
-            cpus=cpus,
-            cancel=cancel,
-            on_phase=on_phase,
-            extra=extra,
-            env=env,
-            runners=runners,
-        )
-        where = _read(jobdir / "phase")
-        payload = outcome.payload if "configs" in outcome.payload else {**outcome.payload, **read_progress(jobdir)}
-    finally:
-        shutil.rmtree(jobdir, ignore_errors=True)
+    with phase_job(sandbox, runners, "run", spec) as (job, runner):
+        configs = []
+        for index, (cid, config, stage) in enumerate(runnable):
+            assert stage.built is not None  # each configuration's verified build in the job directory
+            inside = place_build(sandbox, job, stage.built, f"build-{index}")
+            built = {"directory": inside, "files": stage.built.files, "report": stage.built.report}
+            configs.append({"candidate_id": cid, "config": config, "built": built})
+        extra = {"validation": {"shapes": [s.model_dump(mode="json") for s in build.shapes], "configs": configs}}
+        outcome = run_phase("run", spec, job, spec.run_timeout_s, sandbox=sandbox, runner=runner, runners=runners,
+                            cpus=cpus, cancel=cancel, on_phase=on_phase, extra=extra)
+        where = _read(job.outside / "phase")
+        payload = outcome.payload if "configs" in outcome.payload else {**outcome.payload,
+                                                                        **read_progress(job.outside)}
     if outcome.abandoned:
         return None
     _merge_run(outcomes, payload, spec)
@@ -189,20 +191,14 @@ def execute_validation(
     compile_cpus: list[int] | None = None,
     run_cpus: list[int] | None = None,
     cancel: threading.Event | None = None,
+    sandbox: Sandbox | None = None,
     runners: RunnerPool | None = None,
     fingerprint: Fingerprint | None = None,
 ) -> ValidationReport | None:
     """Compile then run a validation job (no pipelining with other work)."""
-    build = compile_validation(spec, cache, cpus=compile_cpus, cancel=cancel, runners=runners)
-    return run_validation(
-        build, cache.root / "staging", cpus=run_cpus, cancel=cancel, runners=runners, fingerprint=fingerprint
-    )
-
-
-def _built(stage: CompileStage) -> dict[str, Any]:
-    assert stage.built is not None
-    built = stage.built
-    return {"directory": str(built.directory), "files": built.files, "report": built.report}
+    build = compile_validation(spec, cache, cpus=compile_cpus, cancel=cancel, sandbox=sandbox, runners=runners)
+    return run_validation(build, cpus=run_cpus, cancel=cancel, sandbox=sandbox, runners=runners,
+                          fingerprint=fingerprint)
 
 
 def _compile_outcome(candidate_id: int | None, stage: CompileStage) -> ConfigOutcome:
@@ -275,8 +271,8 @@ def _failed(
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text().strip()
-    except OSError:
+        return read_untrusted(path, 4096).decode("utf-8", "replace").strip()
+    except UnsafeFile:
         return ""
 
 

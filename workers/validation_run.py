@@ -25,6 +25,8 @@ from typing import Any
 from workers.backends import get_backend
 from workers.backends.base import Backend, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, ShapeCorrectness, ValidationSpec, WorkloadShape
+from workers.isolation_files import UnsafeFile, read_untrusted
+from workers.isolation_jobs import use_build
 from workers.kernels.gpu.loader import shape_key
 
 BASELINE = "baseline"
@@ -87,10 +89,12 @@ def save_progress(jobdir: Path, partial: dict[str, Any]) -> None:
 
 
 def read_progress(jobdir: Path) -> dict[str, Any]:
+    """What a run sandbox saved of its progress (read by the agent: a sandbox's file)."""
     try:
-        return dict(json.loads((jobdir / PROGRESS_FILE).read_text()))
-    except (OSError, ValueError):
+        saved = json.loads(read_untrusted(jobdir / PROGRESS_FILE))
+    except (UnsafeFile, ValueError):
         return {}
+    return saved if isinstance(saved, dict) else {}
 
 
 def _failure(reason: FailureReason, message: str) -> dict[str, str]:
@@ -101,6 +105,7 @@ def _check(
     backend: Backend, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel, record: dict[str, Any]
 ) -> None:
     shapes = kernel.workload
+    use_build(built.directory)
     try:
         outcome = backend.check(kernel, config, built)
     except TrialFailure as exc:
@@ -122,6 +127,7 @@ def _measure(
     backend: Backend, spec: ValidationSpec, config: dict[str, Any], built: CompiledKernel, record: dict[str, Any]
 ) -> bool:
     """One measurement of one configuration appended to its record; False if it failed."""
+    use_build(built.directory)
     try:
         metrics, environment = backend.measure(spec.kernel, config, built, spec.objectives, spec.measure)
     except TrialFailure as exc:

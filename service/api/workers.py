@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.accounts.tokens import Principal
+from service.api import pools
 from service.api.compat import check_worker_contract
 from service.api.deps import MAX_ID, AppState, PrincipalDep, ReadSession, StateDep, WriteSession
 from service.api.schemas import ERROR_RESPONSES, WorkerOut
@@ -23,6 +24,7 @@ from workers import contract as wire
 
 router = APIRouter(prefix="/v1", tags=["workers"], responses=ERROR_RESPONSES,
                    dependencies=[Depends(check_worker_contract)])
+router.include_router(pools.router)
 LeaseToken = Annotated[str, Path(min_length=1, max_length=64, description="the lease's token")]
 
 
@@ -44,6 +46,7 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
         if "\x00" in getattr(body, field):
             raise Invalid("text must not contain NUL characters", field=field)
     fingerprint = body.fingerprint
+    pools.require_isolation(session, body.pool, fingerprint.isolation)
     worker = Worker(name=body.name, pool=body.pool, token_id=principal.token_id,
                     fingerprint=storable(fingerprint.model_dump(mode="json")),
                     backends=storable(list(fingerprint.backends)), energy=fingerprint.energy)
@@ -77,6 +80,7 @@ def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[w
     """One attempt of a long-poll, in its own transaction (a long-poll spans several)."""
     with state.db.write() as session:
         worker = owned_worker(session, state, principal, worker_id)
+        pools.require_isolation(session, worker.pool, worker.fingerprint.get("isolation"), cached=True)
         state.workers.seen(session, worker.id)
         trial = leases.acquire(session, worker, state.settings)
         if trial is None:

@@ -26,7 +26,7 @@ from service.domain.space import (
     param_default,
     value_problem,
 )
-from workers.contract import MeasureSettings, WorkloadShape
+from workers.contract import MeasureSettings, SandboxLimits, WorkloadShape
 
 # name -> (default direction, unit, meaning)
 KNOWN_OBJECTIVES: dict[str, tuple[str, str, str]] = {
@@ -103,6 +103,8 @@ class Limits(StrictModel):
     compile_timeout_s: float = Field(default=300, gt=0, le=86_400)
     run_timeout_s: float = Field(default=600, gt=0, le=86_400)
     max_attempts: int = Field(default=3, ge=1, le=20)
+    # Lower resource limits for this study's trials; each worker caps them at its own.
+    sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
 
 
 class Screen(StrictModel):

@@ -177,6 +177,17 @@ class Trial(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
+class Pool(Base):
+    """A worker pool's policy (a pool needs no row to exist: no row, no requirement)."""
+
+    __tablename__ = "pools"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    min_isolation: Mapped[str] = mapped_column(String(16))  # none | user | namespaces
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class Counter(Base):
     """Monotonic counters on SQLite, where there are no sequences (Postgres uses one)."""
 

@@ -146,6 +146,7 @@ def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Leas
             run_timeout_s=spec.limits["run_timeout_s"],
             measure=measure,
             stage=trial.stage,
+            sandbox=wire.SandboxLimits.model_validate(spec.limits.get("sandbox") or {}),
         ),
     )
 

@@ -139,30 +139,36 @@ def test_nan_and_infinity_in_a_document_are_refused_naming_the_field(api: Api, c
     assert error["field"] == field and "finite" in error["message"], error
 
 
-def test_nan_and_infinity_in_results_fail_the_trial_not_the_report(leased: tuple[Api, Any, Any]) -> None:
+def test_nan_and_infinity_in_results_are_refused_naming_the_field(leased: tuple[Api, Any, Any]) -> None:
+    """A worker reports measurements: a metric or a timing that is not a finite number is no
+    measurement (docs/security.md), and the report is refused naming it; an environment
+    reading that is not a number is kept as null."""
     api, worker, lease = leased
     bad_value = lease()
     r = post_json_text(api, f"/v1/leases/{bad_value['token']}/result",
                        '{"status": "completed", "metrics": {"f1": {"value": NaN}, "f2": {"value": Infinity}}}',
                        worker[0])
-    assert r.status_code == 200 and r.json()["state"] == "failed", r.text
-    detail = trial_detail(api, bad_value)
-    assert detail["failure_reason"] == "error" and "not a finite number" in detail["message"]
-    assert detail["metrics"]["f1"]["value"] is None and detail["metrics"]["f2"]["value"] is None
+    error = error_of(r, 422)
+    assert error["field"] == "metrics.f1.value" and "finite" in error["message"], error
+    assert "metrics.f2.value" in error["message"]
+    assert trial_detail(api, bad_value)["state"] == "running"  # the lease is still the worker's
 
-    bad_stats = lease()
-    values = result_for(bad_stats["trial"])["metrics"]
+    values = result_for(bad_value["trial"])["metrics"]
+    text = json.dumps({"status": "completed", "metrics": values, "timings": {"measure_s": 1.0}})
+    r = post_json_text(api, f"/v1/leases/{bad_value['token']}/result",
+                       text.replace('"measure_s": 1.0', '"measure_s": -Infinity'), worker[0])
+    assert error_of(r, 422)["field"] == "timings"
+
     text = json.dumps({"status": "completed", "metrics": values, "timings": {"measure_s": 1.0},
                        "environment": {"temperature": 1.0}})
     text = text.replace('"temperature": 1.0', '"temperature": NaN')
-    text = text.replace('"measure_s": 1.0', '"measure_s": -Infinity')
-    r = post_json_text(api, f"/v1/leases/{bad_stats['token']}/result", text, worker[0])
+    r = post_json_text(api, f"/v1/leases/{bad_value['token']}/result", text, worker[0])
     assert r.status_code == 200 and r.json()["state"] == "completed", r.text
-    detail = trial_detail(api, bad_stats)
-    assert detail["environment"] == {"temperature": None} and detail["timings"] == {"measure_s": None}
+    detail = trial_detail(api, bad_value)
+    assert detail["environment"] == {"temperature": None} and detail["timings"] == {"measure_s": 1.0}
     assert all(math.isfinite(v) for v in detail["values"].values())
     api.quiesce()
-    assert api.client.get(f"/v1/studies/{bad_stats['trial']['study_id']}/front", headers=api.admin).status_code == 200
+    assert api.client.get(f"/v1/studies/{bad_value['trial']['study_id']}/front", headers=api.admin).status_code == 200
 
 
 SAMPLER_OPTIONS = [

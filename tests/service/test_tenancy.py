@@ -44,6 +44,8 @@ RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("POST", "/v1/leases/{token}/heartbeat"): ("worker", "ids"),
     ("POST", "/v1/leases/{token}/result"): ("worker", "ids"),
     ("GET", "/v1/workers"): ("viewer", "list"),
+    ("GET", "/v1/pools"): ("anyone", "none"),  # pools are shared; their isolation requirements are public
+    ("PUT", "/v1/pools/{name}"): ("operator", "none"),
     ("GET", "/v1/me"): ("anyone", "none"),
     ("GET", "/v1/teams"): ("viewer", "list"),
     ("POST", "/v1/teams"): ("operator", "none"),
@@ -128,7 +130,7 @@ class Matrix:
     def request(self, method: str, path: str, target: Team, caller: Caller) -> dict[str, Any]:
         """The arguments of a call of operation (method, path) naming `target`'s objects
         (a study is created in the caller's own pool: pools are shared, not a team's)."""
-        values = {"study_id": target.study_id, "number": 0}
+        values: dict[str, Any] = {"study_id": target.study_id, "number": 0, "name": target.pool}
         if "{token_id}" in path:
             values["token_id"] = self.fresh_token_id(target)
         if "{token}" in path:
@@ -142,6 +144,7 @@ class Matrix:
             "/v1/teams": {"name": f"t-{uuid.uuid4().hex[:8]}"},
             "/v1/tokens": {"name": "m", "role": "viewer", "team": target.name},
             "/v1/tokens/{token_id}/rotate": {"grace_s": 0},
+            "/v1/pools/{name}": {"min_isolation": "none"},
         }
         return {"method": method, "url": path.format(**values), "params": QUERIES.get(path), "path": path,
                 "json": bodies.get(path) if method != "GET" and path in bodies else None}

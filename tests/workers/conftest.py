@@ -72,7 +72,8 @@ def cpu_source_kernel(source: str, n: int = 48) -> KernelSpec:
 
 
 def python_kernel(function: str) -> KernelSpec:
-    return KernelSpec(backend="python", source=f"worker_objectives:{function}", options={"path": str(HERE)})
+    """An objective of worker_objectives.py, sent as inline source (as a study would)."""
+    return KernelSpec(backend="python", source=(HERE / "worker_objectives.py").read_text(), entry=function)
 
 
 def make_spec(

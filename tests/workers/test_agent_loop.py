@@ -67,16 +67,13 @@ def test_one_agent_serves_every_planted_failure_and_keeps_going(tmp_path, warm):
 
 
 def test_prefetch_leases_ahead_but_never_overlaps_measurements(tmp_path):
-    record = tmp_path / "measurements.txt"
-    specs = [
-        make_spec(python_kernel("sleepy"), {"sleep_s": 0.4, "record": str(record), "tag": str(i)}, objectives=["f1"])
-        for i in range(4)
-    ]
+    specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 0.4, "tag": str(i)}, objectives=["f1"]) for i in range(4)]
     plane = Plane(heartbeat_s=0.2)
     plane.add(*specs)
     with PlaneServer(plane) as server:
         run_agent(_config(server, tmp_path, max_trials=4, prefetch=True))
-    intervals = sorted(tuple(map(float, line.split()[1:])) for line in record.read_text().splitlines())
+    metrics = [plane.results[s.trial_id].metrics for s in specs]
+    intervals = sorted((m["started"].value, m["ended"].value) for m in metrics)
     assert len(intervals) == 4
     for (_, end), (start, _) in zip(intervals, intervals[1:], strict=False):
         assert start >= end  # measurements strictly one after another
@@ -246,23 +243,36 @@ def test_agent_registers_again_when_the_service_forgot_it(tmp_path):
     assert plane.results[second.trial_id].status == "completed"
 
 
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "none"])
 @pytest.mark.parametrize("warm", [False, True], ids=["fresh", "warm"])
-def test_sandbox_dies_with_a_killed_agent(tmp_path, warm):
-    pid_file = tmp_path / "sandbox.pid"
-    spec = make_spec(
-        python_kernel("sleepy"), {"sleep_s": 60, "pid_file": str(pid_file)}, objectives=["f1"], run_timeout_s=120
-    )
+def test_sandbox_dies_with_a_killed_agent(tmp_path, warm, isolation):
+    spec = make_spec(python_kernel("sleepy"), {"sleep_s": 60}, objectives=["f1"], run_timeout_s=120)
     plane = Plane(heartbeat_s=0.2)
     plane.add(spec)
     with PlaneServer(plane) as server:
-        proc = _start_worker_process(server, tmp_path, "--warm" if warm else "--no-warm")
+        proc = _start_worker_process(server, tmp_path, "--warm" if warm else "--no-warm", "--isolation", isolation)
         try:
-            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "", 30,
-                     "the sandbox to write its pid")
-            sandbox_pid = int(pid_file.read_text())
+            wait_for(lambda: any(phase == "measure" for _, _, phase in plane.heartbeats), 30,
+                     "a heartbeat in the measure phase")
+            sandbox = _descendants(proc.pid)  # bwrap, the sandbox process, its children
+            assert sandbox
             proc.kill()
             proc.wait(timeout=10)
-            wait_for(lambda: not process_alive(sandbox_pid), 5, "the sandbox to die with the agent")
+            wait_for(lambda: not any(process_alive(pid) for pid in sandbox), 5, "the sandbox to die with the agent")
         finally:
             if proc.poll() is None:
                 proc.kill()

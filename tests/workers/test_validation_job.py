@@ -126,7 +126,7 @@ def test_builds_come_from_the_artifact_cache(tmp_path: Path) -> None:
     again = compile_validation(spec, cache)
     assert [s.cached for _, _, s in first.stages] == [False, False]
     assert [s.cached for _, _, s in again.stages] == [True, True]
-    report = run_validation(again, cache.root / "staging")
+    report = run_validation(again)
     assert report is not None and report.status == "completed"
     assert report.baseline.compile_report["cached"] is True
 

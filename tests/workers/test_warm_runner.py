@@ -190,6 +190,7 @@ def test_agent_with_warm_runners_serves_failures_and_stays_up(tmp_path):
         server="",
         token=plane.token,
         cache_dir=tmp_path / "cache",
+        work_dir=tmp_path / "work",
         wait_s=0.2,
         max_trials=len(specs),
         warm_runner=True,
@@ -202,12 +203,12 @@ def test_agent_with_warm_runners_serves_failures_and_stays_up(tmp_path):
     assert results["segfault"].failure_reason == FailureReason.CRASH
     assert results["hang"].failure_reason == FailureReason.TIMEOUT
     assert results["c_good"].status == "completed"
-    pids = {name: int(results[name].metrics["pid"].value) for name in ("first", "second", "third")}
-    assert pids["first"] == pids["second"] != pids["third"]
+    runner = {name: results[name].metrics["process"].value for name in ("first", "second", "third")}
+    assert runner["first"] == runner["second"] != runner["third"]
     assert [results[n].metrics["calls"].value for n in ("first", "second", "third")] == [1, 2, 1]
     assert summary.completed == 4 and summary.failed == 2
     assert plane.registered[0]["fingerprint"]["gpu_index"] == 3
-    assert not list((tmp_path / "cache" / "runners").glob("*"))  # closed with the agent
+    assert not list((tmp_path / "work" / "runners").glob("*"))  # closed with the agent
 
 
 @pytest.mark.parametrize("warm", [False, True])

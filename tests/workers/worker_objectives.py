@@ -48,28 +48,32 @@ def missing_metric(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def sleepy(config: dict[str, Any]) -> dict[str, Any]:
-    """Sleeps, and appends its start and end times to config["record"] (if given)."""
+    """Sleeps; reports when it started and ended (wall-clock time)."""
     if config.get("pid_file"):
         with open(config["pid_file"], "w") as handle:
             handle.write(str(os.getpid()))
     start = time.time()
     time.sleep(float(config.get("sleep_s", 0.5)))
     end = time.time()
-    if config.get("record"):
-        with open(config["record"], "a") as handle:
-            handle.write(f"{config.get('tag', '')} {start} {end}\n")
-    return {"f1": end - start}
+    return {"f1": end - start, "started": start, "ended": end}
 
 
 def whoami(config: dict[str, Any]) -> dict[str, Any]:
-    """The sandbox process's pid and how many trials this process ran before."""
+    """The sandbox process's pid, an identity of the process (pids repeat: every sandbox
+    with its own PID namespace is pid 2 there) and how many trials it ran before."""
     global _CALLS
     _CALLS += 1
     print(f"trial output {config.get('tag', '')}", flush=True)
-    return {"pid": float(os.getpid()), "calls": float(_CALLS), "f1": float(config.get("x", 0.0))}
+    return {
+        "pid": float(os.getpid()),
+        "process": float(_PROCESS),
+        "calls": float(_CALLS),
+        "f1": float(config.get("x", 0.0)),
+    }
 
 
 _CALLS = 0
+_PROCESS = int.from_bytes(os.urandom(6), "little")  # drawn once per interpreter
 
 
 def leave_child(config: dict[str, Any]) -> dict[str, Any]:

@@ -1,26 +1,45 @@
-"""The python backend: the study's objective is an importable `module:function(config)`
-returning metrics, the model of CompileIQ's and Optuna's objective functions.
+"""The python backend: the study's objective is a function `f(config)` returning metrics,
+the model of CompileIQ's and Optuna's objective functions. Either inline source (`source`
+holds the code, `entry` names the function), written into the trial's job directory and
+imported from there, or an importable `module:function` (`source`, or `entry`).
 
 The function returns a dict of objective name -> a number, a list of samples (summarised
 into median and confidence interval), or a Metric-like dict ({"value": ..., "unit": ...}).
 It runs inside the trial sandbox like any kernel, so it may crash or hang safely; an
 exception fails the trial with reason `error` and the traceback.
-Kernel options: "path" (a directory, or list of them, prepended to sys.path).
+Kernel options: "path" (a directory, or list of them, prepended to sys.path), allowed only
+inside the directories the worker's operator offers (`--python-path`, in
+PARETUNE_PYTHON_PATHS): a study cannot make the sandbox import from elsewhere on the worker.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
+from workers.isolation_limits import current, explain_exception
 from workers.kernels import get_builtin
 from workers.measure.stats import summarize
+
+PYTHON_PATHS_ENV = "PARETUNE_PYTHON_PATHS"
+_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def is_inline(kernel: KernelSpec) -> bool:
+    """Whether `source` is the objective's code rather than a `module:function` name."""
+    return kernel.source is not None and not _TARGET.match(kernel.source.strip())
 
 
 def _target(kernel: KernelSpec) -> str:
@@ -40,14 +59,59 @@ def _target(kernel: KernelSpec) -> str:
     return target
 
 
-def load_objective(kernel: KernelSpec) -> Callable[[dict[str, Any]], Any]:
+def allowed_paths() -> list[str]:
+    return [os.path.realpath(p) for p in os.environ.get(PYTHON_PATHS_ENV, "").split(os.pathsep) if p]
+
+
+def _add_paths(kernel: KernelSpec) -> None:
+    """kernel.options.path onto sys.path, each inside a directory the worker offers."""
     paths = kernel.options.get("path", [])
+    allowed = allowed_paths()
     for path in [paths] if isinstance(paths, str) else paths:
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(Path(path)))
-    module_name, _, function_name = _target(kernel).partition(":")
+        real = os.path.realpath(str(path))
+        if not any(real == root or real.startswith(root + os.sep) for root in allowed):
+            offered = ", ".join(allowed) or "none (it was started without --python-path)"
+            raise TrialFailure(
+                FailureReason.ERROR,
+                f"kernel.options.path: {path} is not inside a directory this worker offers ({offered}); "
+                "send the objective as inline source (kernel.source with kernel.entry), or ask the "
+                "worker's operator to offer the directory with --python-path",
+            )
+        if real not in sys.path:
+            sys.path.insert(0, real)
+
+
+def _inline_module(kernel: KernelSpec, directory: Path) -> Any:
+    """The module of inline source, written into the job directory and imported from there;
+    the same source in a later trial of a warm runner is the same module."""
+    assert kernel.source is not None
+    name = "paretune_objective_" + hashlib.sha256(kernel.source.encode()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.py"
+    path.write_text(kernel.source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     try:
-        module = importlib.import_module(module_name)
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_objective(kernel: KernelSpec, directory: Path | None = None) -> Callable[[dict[str, Any]], Any]:
+    """The objective function; inline source is written into `directory` (the job's)."""
+    _add_paths(kernel)
+    inline = is_inline(kernel)
+    if inline and not kernel.entry:
+        raise TrialFailure(FailureReason.ERROR, "inline python source needs kernel.entry, the function to call")
+    module_name, _, function_name = ("<inline>", "", kernel.entry or "") if inline else _target(kernel).partition(":")
+    try:
+        module = _inline_module(kernel, directory or Path.cwd()) if inline else importlib.import_module(module_name)
         function = getattr(module, function_name)
     except Exception as exc:
         raise TrialFailure(
@@ -61,14 +125,17 @@ def load_objective(kernel: KernelSpec) -> Callable[[dict[str, Any]], Any]:
 
 
 def to_metric(name: str, value: Any, confidence: float) -> Metric:
-    if isinstance(value, Metric):
-        return value
-    if isinstance(value, dict):
-        return Metric.model_validate(value)
-    if isinstance(value, list | tuple):
-        return summarize([float(v) for v in value], confidence=confidence)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return Metric(value=float(value))
+    try:
+        if isinstance(value, Metric):
+            return value
+        if isinstance(value, dict):
+            return Metric.model_validate(value)
+        if isinstance(value, list | tuple):
+            return summarize([float(v) for v in value], confidence=confidence)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return Metric(value=float(value))
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise TrialFailure(FailureReason.ERROR, f"objective {name!r}: {exc}") from None
     raise TrialFailure(
         FailureReason.ERROR,
         f"objective {name!r}: expected a number, a list of samples or a metric dict, "
@@ -93,7 +160,7 @@ class PythonBackend(Backend):
     def check(
         self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel
     ) -> CheckOutcome:
-        load_objective(kernel)  # fail early, before the measure phase, if it cannot import
+        load_objective(kernel, built.directory)  # fail early, before the measure phase, if it cannot import
         return CheckOutcome(passed=True, details={"checked": "import only"})
 
     def measure(
@@ -105,7 +172,7 @@ class PythonBackend(Backend):
         settings: Any,
     ) -> tuple[dict[str, Metric], dict[str, Any]]:
         confidence = settings.confidence if isinstance(settings, MeasureSettings) else 0.95
-        function = load_objective(kernel)
+        function = load_objective(kernel, built.directory)
         try:
             returned = function(dict(config))
         except TrialFailure:
@@ -113,7 +180,7 @@ class PythonBackend(Backend):
         except Exception as exc:
             raise TrialFailure(
                 FailureReason.ERROR,
-                f"the objective raised {type(exc).__name__}: {exc}",
+                explain_exception(exc, current()) or f"the objective raised {type(exc).__name__}: {exc}",
                 traceback.format_exc(),
             ) from None
         if not isinstance(returned, dict):

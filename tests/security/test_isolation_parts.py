@@ -1,0 +1,423 @@
+"""The parts of trial isolation, each through the real thing it relies on (files, processes,
+bubblewrap, setpriv): the artifact cache's verification, the environment allow-list, the
+limits and their messages, the sweeps that kill what a trial leaves, sandbox uids, the
+token's ways into the agent, and which directories a python objective may import from."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import typer
+
+from workers import isolation_limits
+from workers.backends.base import CompiledKernel
+from workers.cache import ArtifactCache
+from workers.cli import resolve_token
+from workers.contract import KernelSpec, SandboxLimits
+from workers.isolation import IsolationUnavailable, choose, reserve_uids, sandbox_env
+from workers.isolation_files import UnsafeFile
+from workers.isolation_jobs import Sandbox
+from workers.isolation_procs import kill_uid, processes_of_uid
+
+KEY = "cd" + "1" * 62
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _build(cache: ArtifactCache, payload: bytes = b"library") -> CompiledKernel:
+    staging = cache.staging()
+    (staging / "kernel.so").write_bytes(payload)
+    (staging / "sub").mkdir()
+    (staging / "sub" / "data.json").write_text("{}")
+    return CompiledKernel(staging, {"library": "kernel.so"}, {"compile_s": 0.1}, "")
+
+
+# -- the artifact cache ------------------------------------------------------------------------
+
+
+def test_an_entry_is_used_only_while_every_byte_matches_its_signed_manifest(tmp_path):
+    cache = ArtifactCache(tmp_path / "cache")
+    assert (tmp_path / "cache").stat().st_mode & 0o077 == 0  # no other user looks inside
+    assert (tmp_path / "cache" / ".key").stat().st_mode & 0o077 == 0
+    entry = cache.commit(KEY, _build(cache)).directory
+    copy = cache.checkout(KEY, tmp_path / "copy")
+    assert copy is not None and (copy.directory / "kernel.so").read_bytes() == b"library"
+    assert (copy.directory / "sub" / "data.json").read_text() == "{}"
+
+    (entry / "kernel.so").write_bytes(b"libraryX")  # a changed file
+    assert cache.checkout(KEY, tmp_path / "copy2") is None
+    assert not entry.exists()  # discarded, to be rebuilt
+
+    cache.commit(KEY, _build(cache))
+    manifest = json.loads((entry / "artifact.json").read_text())
+    (entry / "kernel.so").write_bytes(b"evil")
+    manifest["sha256"]["kernel.so"] = hashlib.sha256(b"evil").hexdigest()  # forged without the key
+    (entry / "artifact.json").write_text(json.dumps(manifest))
+    assert cache.lookup(KEY) is None and not entry.exists()
+
+    other = "ef" + "2" * 62
+    cache.commit(other, _build(cache))
+    cache.commit(KEY, _build(cache))
+    foreign_manifest = (cache.path_for(other) / "artifact.json").read_text()
+    (entry / "artifact.json").write_text(foreign_manifest)  # a genuine manifest of another key
+    assert cache.lookup(KEY) is None
+    assert cache.lookup(other) is not None
+
+
+def test_another_cache_key_does_not_verify_this_caches_entries(tmp_path):
+    first = ArtifactCache(tmp_path / "a")
+    first.commit(KEY, _build(first))
+    second = ArtifactCache(tmp_path / "b")
+    target = second.path_for(KEY)
+    target.parent.mkdir(parents=True)
+    os.rename(first.path_for(KEY), target)  # signed, but with the other cache's key
+    assert second.lookup(KEY) is None
+
+
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "listed_but_missing"])
+def test_a_build_with_links_or_special_files_never_enters_the_cache(tmp_path, plant):
+    cache = ArtifactCache(tmp_path / "cache")
+    secret = tmp_path / "secret.token"
+    secret.write_text("ptw_secret")
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "kernel.so").write_bytes(b"ok")
+    files = {"library": "kernel.so"}
+    if plant == "symlink":
+        (build / "leak.txt").symlink_to(secret)
+    elif plant == "fifo":
+        os.mkfifo(build / "pipe")
+    else:
+        files["extra"] = "not-there.so"
+    with pytest.raises(UnsafeFile):
+        cache.commit(KEY, CompiledKernel(build, files, {}, ""))
+    assert cache.lookup(KEY) is None
+    assert not any("ptw_secret" in p.read_text(errors="ignore") for p in (tmp_path / "cache").rglob("*")
+                   if p.is_file() and p.name != ".key")
+
+
+# -- environment, limits --------------------------------------------------------------------------
+
+
+def test_a_sandbox_environment_is_an_allow_list(monkeypatch):
+    secrets = {"PARETUNE_WORKER_TOKEN": "ptw_x", "PARETUNE_TOKEN": "ptu_y", "PARETUNE_DATABASE_URL": "postgresql://u:p@h/db",
+               "AWS_SECRET_ACCESS_KEY": "aws", "TRITON_CACHE_DIR": "/shared/triton", "SSH_AUTH_SOCK": "/tmp/agent"}
+    allowed = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TRITON_PTXAS_PATH": "/opt/ptxas", "CC": "gcc"}
+    for name, value in {**secrets, **allowed}.items():
+        monkeypatch.setenv(name, value)
+    env = sandbox_env([3], home="/tmp", overrides={"CUDA_VISIBLE_DEVICES": "3"})
+    assert not set(secrets) & set(env)
+    assert all(env[name] == value for name, value in allowed.items())
+    assert env["CUDA_VISIBLE_DEVICES"] == "3" and env["HOME"] == "/tmp" and env["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_study_lowers_the_workers_caps_and_never_raises_them():
+    caps = isolation_limits.caps(SandboxLimits(memory_mb=4096))
+    assert caps.processes == isolation_limits.DEFAULTS.processes
+    limits = isolation_limits.effective(SandboxLimits(memory_mb=100_000, processes=32), caps)
+    assert limits["memory_mb"] == 4096 and limits["source"]["memory_mb"] == "worker"
+    assert limits["processes"] == 32 and limits["source"]["processes"] == "study"
+    assert isolation_limits.exceeded(limits, "memory_mb") == (
+        "the trial exceeded its memory limit of 4096 MiB (limits.sandbox.memory_mb; the worker's cap, "
+        "--max-memory-mb)")
+    assert "processes limit of 32 (limits.sandbox.processes)" in isolation_limits.explain_exception(
+        BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable"), limits)
+    assert "file size limit" in isolation_limits.explain_exception(OSError(errno.EFBIG, "File too large"), limits)
+    try:
+        raise ValueError("wrapped") from MemoryError()
+    except ValueError as exc:
+        assert "memory limit of 4096 MiB" in isolation_limits.explain_exception(exc, limits)
+    assert isolation_limits.explain_exception(ValueError("other"), limits) is None
+
+
+def test_rlimits_are_hard_inside_the_sandbox(tmp_path):
+    """A process that set its limits cannot raise them again (not even the soft one past
+    the hard one), and past them gets the errors the messages are made from."""
+    code = """
+import json, resource, sys
+from workers import isolation_limits
+isolation_limits.apply({"memory_mb": 512, "file_size_mb": 1, "open_files": 64, "processes": 100000,
+                        "cpu_s": 30}, "python")
+out = {}
+try:
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    out["raised"] = True
+except ValueError:
+    out["raised"] = False
+try:
+    bytearray(1 << 30)
+except MemoryError:
+    out["memory"] = "MemoryError"
+try:
+    with open(sys.argv[1], "wb") as f:
+        f.write(b"x" * (2 << 20))
+except OSError as exc:
+    out["file"] = exc.errno
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "f")], capture_output=True, text=True,
+                          cwd=REPO, check=True)
+    out = json.loads(done.stdout)
+    assert out == {"raised": False, "memory": "MemoryError", "file": errno.EFBIG}
+
+
+# -- processes and uids --------------------------------------------------------------------------
+
+
+def test_a_uid_sweep_kills_every_process_of_the_sandbox_uid(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("switching to a sandbox uid needs root")
+    uid, lock = reserve_uids(None)
+    try:
+        marker = f"sweep-{uuid.uuid4().hex}"
+        script = f"(setsid sh -c 'sleep 300; : {marker}' &) ; sleep 300; : {marker}"
+        started = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sh", "-c",
+                                    script], start_new_session=True)
+        deadline = time.monotonic() + 5
+        while len(processes_of_uid(uid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(processes_of_uid(uid)) >= 3  # sh, its sleep, the escaped sh and its sleep
+        assert kill_uid(uid) >= 3
+        started.wait(timeout=5)
+        assert processes_of_uid(uid) == []
+        with pytest.raises(IsolationUnavailable, match="in use by another agent"):
+            reserve_uids(uid)  # pinned, but this process holds it
+        other, other_lock = reserve_uids(None)
+        assert other not in (uid, uid + 1) and other + 1 not in (uid, uid + 1)
+        os.close(other_lock)
+    finally:
+        os.close(lock)
+
+
+def test_the_best_level_here_is_probed_and_named(tmp_path):
+    sandbox = Sandbox(work_root=tmp_path / "work")
+    try:
+        with pytest.raises(IsolationUnavailable, match="unknown isolation level 'total'"):
+            choose("total", work_root=sandbox.root, hidden=[])
+        with pytest.raises(IsolationUnavailable, match="bwrap not found"):
+            choose("namespaces", work_root=sandbox.root, hidden=[], bwrap=str(tmp_path / "no-bwrap"))
+        secret = tmp_path / "secret"
+        secret.mkdir(mode=0o700)
+        best = choose("auto", work_root=sandbox.root, hidden=[secret])
+        assert best.level.value == "namespaces", best.notes  # ./dev installs bubblewrap; the suite runs as root
+        assert best.describe()["sandbox_uids"] == [best.identity("run").uid, best.identity("compile").uid]
+        best.close()
+    finally:
+        sandbox.close()
+
+
+# -- the worker token ------------------------------------------------------------------------------
+
+
+def test_the_token_comes_from_a_file_the_environment_or_stdin(tmp_path, monkeypatch, caplog):
+    token_file = tmp_path / "token"
+    token_file.write_text("ptw_from_file\n")
+    monkeypatch.setenv("PARETUNE_WORKER_TOKEN", "ptw_from_env")
+    assert resolve_token(None, token_file) == "ptw_from_file"
+    assert "PARETUNE_WORKER_TOKEN" not in os.environ  # no child inherits it
+    monkeypatch.setenv("PARETUNE_WORKER_TOKEN", "ptw_from_env")
+    assert resolve_token(None, None) == "ptw_from_env" and "PARETUNE_WORKER_TOKEN" not in os.environ
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("ptw_from_stdin\n"))
+    assert resolve_token("-", None) == "ptw_from_stdin"
+    assert resolve_token("ptw_on_the_command_line", None) == "ptw_on_the_command_line"
+    assert "/proc" in caplog.text  # warned: visible to every user of the host
+    with pytest.raises(typer.BadParameter, match="no worker token"):
+        resolve_token(None, None)
+
+
+def _wait_proc(pid: int, name: str) -> bytes:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        data = Path(f"/proc/{pid}/{name}").read_bytes()
+        if data:
+            return data
+        time.sleep(0.05)
+    raise AssertionError(f"/proc/{pid}/{name} stayed empty")
+
+
+@pytest.mark.parametrize("starter", ["paretune up", "start_agent_process"])
+def test_local_workers_get_their_token_through_stdin(tmp_path, starter, monkeypatch):
+    """Neither the command line nor the environment of a started worker holds the token."""
+    token = f"ptw_{uuid.uuid4().hex}"
+    monkeypatch.setenv("PARETUNE_WORKER_TOKEN", token)  # even when the parent had it there
+    monkeypatch.chdir(tmp_path)
+    if starter == "paretune up":
+        from service.cli import _start_local_worker
+
+        process = _start_local_worker("http://127.0.0.1:9", token, 0)
+    else:
+        from workers.agent import AgentConfig, start_agent_process
+
+        process = start_agent_process(AgentConfig(server="http://127.0.0.1:9", token=token,
+                                                   cache_dir=tmp_path / "cache", isolation="none"),
+                                      tmp_path / "worker.log")
+    try:
+        assert token.encode() not in _wait_proc(process.pid, "cmdline")
+        assert token.encode() not in Path(f"/proc/{process.pid}/environ").read_bytes()
+    finally:
+        process.kill()
+        process.wait()
+
+
+# -- python objectives -------------------------------------------------------------------------------
+
+
+def test_options_path_is_limited_to_the_workers_python_paths(tmp_path):
+    from workers.backends.base import TrialFailure
+    from workers.backends.python_backend import PYTHON_PATHS_ENV, load_objective
+
+    offered, elsewhere = tmp_path / "offered", tmp_path / "elsewhere"
+    for directory in (offered, elsewhere):
+        directory.mkdir()
+        (directory / f"mod_{directory.name}.py").write_text("def f(config):\n    return {'f1': 1.0}\n")
+    previous = os.environ.get(PYTHON_PATHS_ENV)
+    os.environ[PYTHON_PATHS_ENV] = str(offered)
+    try:
+        kernel = KernelSpec(backend="python", source="mod_offered:f", options={"path": str(offered / ".")})
+        assert load_objective(kernel)({}) == {"f1": 1.0}
+        for path in (str(elsewhere), str(offered / ".." / "elsewhere"), "/"):
+            with pytest.raises(TrialFailure, match="--python-path"):
+                load_objective(KernelSpec(backend="python", source="mod_elsewhere:f", options={"path": path}))
+    finally:
+        if previous is None:
+            os.environ.pop(PYTHON_PATHS_ENV, None)
+        else:
+            os.environ[PYTHON_PATHS_ENV] = previous
+
+
+# -- warm runners in namespaces ---------------------------------------------------------------------
+
+LEAVES_A_CHILD = """
+import os, subprocess
+
+PROCESS = os.urandom(6).hex()
+
+
+def leave(config):
+    subprocess.Popen(["sh", "-c", "sleep 300; : " + config["marker"]], start_new_session=True)
+    return {"f1": 1.0, "process": float(int(PROCESS, 16))}
+"""
+
+
+def _trial(study_id: int, marker: str):  # type: ignore[no-untyped-def]
+    from workers.contract import TrialSpec
+
+    return TrialSpec(trial_id=1, study_id=study_id, number=0, attempt=1, is_baseline=True,
+                     kernel=KernelSpec(backend="python", source=LEAVES_A_CHILD, entry="leave"),
+                     config={"marker": marker}, objectives=["f1"], compile_timeout_s=60, run_timeout_s=60)
+
+
+def test_a_warm_runner_in_namespaces_loses_what_each_trial_left_and_serves_one_study(tmp_path):
+    from plant import with_marker
+
+    from workers.runner import RunnerPool
+    from workers.sandbox import execute_trial
+
+    sandbox = Sandbox(work_root=tmp_path / "work")
+    sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[])
+    pool = RunnerPool(sandbox.root / "runners", sandbox=sandbox)
+    cache = ArtifactCache(tmp_path / "cache")
+    marker = f"left-{uuid.uuid4().hex}"
+    try:
+        served = [execute_trial(_trial(study, marker), cache, sandbox=sandbox, runners=pool) for study in (1, 1, 2)]
+        assert all(r is not None and r.status == "completed" for r in served), served
+        processes = [r.metrics["process"].value for r in served]
+        assert processes[0] == processes[1] != processes[2]  # one study per runner
+        assert [r.environment["sandbox"]["trials_served"] for r in served] == [1, 2, 1]
+        assert with_marker(marker) == []  # each trial's child died with its trial
+        runner = pool.runners[("run", "python")]
+        assert runner.alive()
+        assert [p for p in processes_of_uid(sandbox.isolation.identity("run").uid)] != []  # the runner itself
+    finally:
+        pool.close()
+        sandbox.close()
+    assert processes_of_uid(sandbox.isolation.identity("run").uid) == []
+
+
+def test_an_offered_python_path_is_visible_read_only_in_namespaces(tmp_path):
+    from workers.backends.python_backend import PYTHON_PATHS_ENV
+    from workers.contract import TrialSpec
+    from workers.sandbox import execute_trial
+
+    offered = tmp_path / "objectives"
+    offered.mkdir(mode=0o755)  # the sandbox user reads it (tmp_path itself is not)
+    (offered / "team_objective.py").write_text(
+        "import os\n"
+        "def f(config):\n"
+        "    try:\n"
+        "        open(os.path.join(os.path.dirname(__file__), 'planted.py'), 'w').write('x = 1')\n"
+        "        wrote = 1.0\n"
+        "    except OSError:\n"
+        "        wrote = 0.0\n"
+        "    return {'f1': wrote}\n")
+    sandbox = Sandbox(work_root=tmp_path / "work", env_overrides={PYTHON_PATHS_ENV: str(offered)})
+    sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[], read_only=(str(offered),))
+    try:
+        spec = TrialSpec(trial_id=1, study_id=1, number=0, attempt=1, is_baseline=True,
+                         kernel=KernelSpec(backend="python", source="team_objective:f",
+                                           options={"path": str(offered)}),
+                         config={}, objectives=["f1"], compile_timeout_s=60, run_timeout_s=60)
+        result = execute_trial(spec, ArtifactCache(tmp_path / "cache"), sandbox=sandbox)
+    finally:
+        sandbox.close()
+    assert result is not None and result.status == "completed", result and result.message
+    assert result.metrics["f1"].value == 0.0 and not (offered / "planted.py").exists()
+
+
+def _python_trial(source: str, entry: str, **sandbox: int):  # type: ignore[no-untyped-def]
+    from workers.contract import TrialSpec
+
+    return TrialSpec(trial_id=1, study_id=1, number=0, attempt=1, is_baseline=True,
+                     kernel=KernelSpec(backend="python", source=source, entry=entry), config={},
+                     objectives=["f1"], compile_timeout_s=60, run_timeout_s=30, sandbox=SandboxLimits(**sandbox))
+
+
+def test_cpu_time_is_limited_and_named(tmp_path):
+    from workers.sandbox import execute_trial
+
+    started = time.monotonic()
+    result = execute_trial(_python_trial("def burn(config):\n    while True:\n        pass\n", "burn", cpu_s=1),
+                           ArtifactCache(tmp_path / "cache"))
+    assert result is not None and result.failure_reason == "crash"
+    assert "SIGXCPU" in result.message and "exceeded its CPU time limit of 1 s (limits.sandbox.cpu_s)" in result.message
+    assert time.monotonic() - started < 20
+
+
+def test_each_job_has_its_own_triton_cache_and_paths_recorded_in_a_build_follow_it(tmp_path):
+    from workers.isolation_jobs import TOOL_CACHE, Job
+    from workers.sandbox import execute_trial, place_build
+
+    reports_its_cache = (
+        "import os\n"
+        "def where(config):\n"
+        "    directory = os.environ['TRITON_CACHE_DIR']\n"
+        "    os.makedirs(directory, exist_ok=True)\n"
+        "    return {'f1': 1.0 if directory.startswith(os.getcwd() + '/') else 0.0}\n")
+    sandbox = Sandbox(work_root=tmp_path / "work")
+    sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[])
+    try:
+        result = execute_trial(_python_trial(reports_its_cache, "where"), ArtifactCache(tmp_path / "cache"),
+                               sandbox=sandbox)
+        assert result is not None and result.metrics["f1"].value == 1.0, result
+        built = tmp_path / "stage" / "build"
+        (built / TOOL_CACHE / "abc").mkdir(parents=True)
+        group = built / TOOL_CACHE / "abc" / "__grp__kernel.json"
+        group.write_text(json.dumps({"child_paths": {"kernel.cubin": "/old/job-3/build/triton-cache/abc/k.cubin"}}))
+        job = Job(tmp_path / "job", "/tmp/job-7")
+        job.outside.mkdir()
+        place_build(sandbox, job, CompiledKernel(built, {"report": "r.json"}, {"build_dir": "/old/job-3/build"}))
+        moved = json.loads((job.build / TOOL_CACHE / "abc" / "__grp__kernel.json").read_text())
+        assert moved["child_paths"]["kernel.cubin"] == "/tmp/job-7/build/triton-cache/abc/k.cubin"
+        run_uid = sandbox.isolation.identity("run").uid
+        assert (job.build / TOOL_CACHE).stat().st_uid == run_uid  # the trial's to write
+        assert job.build.stat().st_uid == os.getuid()  # the rest of the build stays the agent's
+    finally:
+        sandbox.close()
