@@ -35,6 +35,9 @@ class Notifier:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_warning = 0.0
         self.dropped = 0
+        # `pool:` notifications (local or from Redis) that found fewer waiters than the
+        # trials they announced: those trials wait for a long-poll to look for them
+        self.unanswered_pool_wakeups = 0
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -114,6 +117,8 @@ class Notifier:
             if not waiter.done():
                 waiter.set_result(None)
                 woken += 1
+        if channel.startswith("pool:") and (woken == 0 if count is None else woken < count):
+            self.unanswered_pool_wakeups += 1
 
     async def _publish(self) -> None:
         assert self._outbox is not None

@@ -24,7 +24,7 @@ from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
 from service.store.models import utcnow
-from service.trials.leases import StudySpecs
+from service.trials.leases import EmptyQueues, StudySpecs
 from service.trials.workers import WorkerDirectory
 
 log = logging.getLogger("paretune.auth")
@@ -43,9 +43,13 @@ class AppState:
     workers: WorkerDirectory = field(default_factory=WorkerDirectory)
     principals: PrincipalCache = field(default_factory=lambda: PrincipalCache(PRINCIPAL_TTL_S))
     auth_failures: FailureLimiter = field(init=False)
+    empty_queues: EmptyQueues = field(init=False)
 
     def __post_init__(self) -> None:
         self.auth_failures = FailureLimiter(self.settings.auth_failure_limit, self.settings.auth_failure_window_s)
+        # without Redis other replicas' trials are found only by looking: every poll interval
+        period = 5.0 if self.settings.redis_url else self.settings.poll_interval_s
+        self.empty_queues = EmptyQueues(period)
 
 
 def get_state(request: Request) -> AppState:

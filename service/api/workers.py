@@ -63,17 +63,21 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
     204 after `wait_s`."""
     principal.require_worker()
     deadline = time.monotonic() + body.wait_s
+    notifier = state.notifier
+    pool: str | None = None
     while True:
-        started = time.perf_counter()
-        reply, pool = await state.db.run(lease_once, state, principal, body.worker_id)
-        state.metrics.lease_seconds.observe(time.perf_counter() - started)
-        if reply is not None:
-            return reply
+        unanswered = notifier.unanswered_pool_wakeups
+        if pool is None or not state.empty_queues.known_empty(pool, unanswered):
+            started = time.perf_counter()
+            reply, found = await state.db.run(lease_once, state, principal, body.worker_id)
+            state.metrics.lease_seconds.observe(time.perf_counter() - started)
+            if reply is not None:
+                return reply
+            state.empty_queues.found_empty(pool := found, unanswered)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Response(status_code=204)
-        period = 5.0 if state.settings.redis_url else state.settings.poll_interval_s
-        await state.notifier.wait(f"pool:{pool}", min(remaining, period))
+        await notifier.wait(f"pool:{pool}", min(remaining, state.empty_queues.period_s))
 
 
 def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[wire.Lease | None, str]:

@@ -38,16 +38,47 @@ def relative_point(values: dict[str, Any], study: Study) -> tuple[float, ...] | 
     return tuple(point)
 
 
-def load_front(session: Session, study_id: int) -> dict[int, dict[str, Any]]:
-    """The study's current front: trial id -> objective values."""
+class Front:
+    """A study's current front as its scheduling step keeps it across steps: each member's
+    point in minimisation space, and in baseline-relative space (None until the baseline
+    completes, or when not finite), computed once per member rather than once per result."""
+
+    def __init__(self, study: Study, members: dict[int, dict[str, Any]]) -> None:
+        self.values: dict[int, dict[str, Any]] = {}
+        self.points: dict[int, tuple[float, ...]] = {}
+        self.relative: dict[int, tuple[float, ...] | None] = {}
+        for key, values in members.items():
+            self.add(study, key, values)
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def add(self, study: Study, key: int, values: dict[str, Any]) -> None:
+        self.values[key] = dict(values)
+        self.points[key] = minimised(values, study.objectives)
+        self.relative[key] = _finite(relative_point(values, study))
+
+    def remove(self, key: int) -> None:
+        del self.values[key], self.points[key], self.relative[key]
+
+    def rebase(self, study: Study) -> None:
+        """The baseline's values are new: every member's ratios are."""
+        self.relative = {key: _finite(relative_point(values, study)) for key, values in self.values.items()}
+
+
+def _finite(point: tuple[float, ...] | None) -> tuple[float, ...] | None:
+    return point if point is not None and all(np.isfinite(point)) else None
+
+
+def load_front(session: Session, study: Study) -> Front:
+    """The study's current front."""
     rows = session.execute(
-        select(Trial.id, Trial.values).where(Trial.study_id == study_id, Trial.on_front.is_(True))
+        select(Trial.id, Trial.values).where(Trial.study_id == study.id, Trial.on_front.is_(True))
     ).all()
-    return {row.id: row.values for row in rows}
+    return Front(study, {row.id: row.values for row in rows})
 
 
-def on_completed(session: Session, study: Study, trial: Trial, front: dict[int, dict[str, Any]],
-                 left: set[int]) -> None:
+def on_completed(session: Session, study: Study, trial: Trial, front: Front, left: set[int]) -> None:
     """Account for a newly completed trial (values set, feasibility known). `front` is the
     caller's copy of the study's front (kept across calls), updated in place; the ids of
     trials it pushes off the front are added to `left` for the caller to store."""
@@ -62,6 +93,7 @@ def on_completed(session: Session, study: Study, trial: Trial, front: dict[int, 
         front_changed = _update_front(study, trial, front, left)
     if trial.is_baseline:
         _on_baseline(session, study, trial)
+        front.rebase(study)
     elif study.baseline_values and front_changed:
         study.hypervolume = _front_hypervolume(study, front)
     trial.hypervolume_after = study.hypervolume
@@ -76,23 +108,22 @@ def _update_best(study: Study, values: dict[str, Any]) -> None:
     study.best = best
 
 
-def _update_front(study: Study, trial: Trial, front: dict[int, dict[str, Any]], left: set[int]) -> bool:
+def _update_front(study: Study, trial: Trial, front: Front, left: set[int]) -> bool:
     """Add the trial to the front if nothing there dominates it; returns whether it joined."""
-    members = [(key, minimised(values, study.objectives)) for key, values in front.items()]
-    on_front, removed = pareto.update_front(members, trial.id, minimised(trial.values or {}, study.objectives))
+    on_front, removed = pareto.update_front(list(front.points.items()), trial.id,
+                                            minimised(trial.values or {}, study.objectives))
     for key in removed:
         left.add(key)
-        del front[key]
+        front.remove(key)
     if on_front:
-        front[trial.id] = dict(trial.values or {})
+        front.add(study, trial.id, trial.values or {})
     trial.on_front = on_front
     study.front_size = len(front)
     return on_front
 
 
-def _front_hypervolume(study: Study, front: dict[int, dict[str, Any]]) -> float | None:
-    points = [relative_point(values, study) for values in front.values()]
-    finite = [p for p in points if p is not None and all(np.isfinite(p))]
+def _front_hypervolume(study: Study, front: Front) -> float | None:
+    finite = [point for point in front.relative.values() if point is not None]
     if not finite:
         return 0.0
     return float(pareto.hypervolume(np.array(finite), study.reference_point))

@@ -19,10 +19,9 @@ from service.config import Settings
 from service.notify import Notifier
 from service.scheduling.mirror import MirrorCache
 from service.scheduling.step import StepReport, pending_studies, run_step
-from service.store.db import Database
+from service.store.db import STEP_THREADS, Database
 
 log = logging.getLogger("paretune.scheduling")
-CONCURRENT_STEPS = 2  # steps are mostly Python: more at once only lengthen each one's hold of its lock
 RETRY_BUSY_S = 0.2  # another replica held the study's lock: look again soon
 
 
@@ -37,7 +36,8 @@ class Scheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
-        self._slots = asyncio.Semaphore(CONCURRENT_STEPS)
+        # steps are mostly Python: more at once would only lengthen each one's hold of its lock
+        self._slots = asyncio.Semaphore(STEP_THREADS)
         self._running: set[int] = set()
         self.steps = 0
         self.observe = observe  # how long each step held its study's lock
@@ -76,7 +76,7 @@ class Scheduler:
             if time.monotonic() >= next_scan:
                 next_scan = time.monotonic() + self.interval_s
                 try:
-                    self._pending.update(await self.db.run(self._scan))
+                    self._pending.update(await self.db.run_step(self._scan))
                 except Exception:
                     log.exception("looking for studies with work failed; retrying")
             ready = self._pending - self._running
@@ -94,7 +94,7 @@ class Scheduler:
     async def _step(self, study_id: int) -> None:
         try:
             async with self._slots:
-                report = await self.db.run(self.step_now, study_id)
+                report = await self.db.run_step(self.step_now, study_id)
         finally:
             self._running.discard(study_id)
         if report is None:  # busy elsewhere: try again shortly

@@ -18,7 +18,7 @@ import json
 import random
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState as OptunaState
@@ -31,6 +31,9 @@ from service.domain.states import TRIAL_FINISHED, TrialState
 from service.scheduling import samplers
 from service.store.models import Study, Trial
 from service.trials.queries import LIGHT
+
+if TYPE_CHECKING:
+    from service.scheduling.fronts import Front
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -71,7 +74,7 @@ class Mirror:
             sampler=samplers.build(sampler["name"], sampler.get("seed"), dict(sampler.get("options") or {})),
         )
         self.storage = self.optuna._storage
-        self.front: dict[int, dict[str, Any]] | None = None  # the study's front, loaded on first use
+        self.front: Front | None = None  # the study's front, loaded on first use
         self.ids: dict[int, int] = {}  # trials.id -> optuna trial_id
         self.running: set[int] = set()  # trials.id still RUNNING in the mirror
         self.watermark = -1

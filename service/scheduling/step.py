@@ -78,7 +78,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
 def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]) -> int:
     """Returns how many screened trials were queued for their full stage."""
     if mirror.front is None:
-        mirror.front = fronts.load_front(session, study.id)
+        mirror.front = fronts.load_front(session, study)
     completed: list[Trial] = []
     screened = [t for t in untold if t.state == TrialState.SCREENED]  # decided once the front is up to date
     finished = [t for t in untold if t.state != TrialState.SCREENED]

@@ -18,6 +18,7 @@ from sqlalchemy.pool import StaticPool
 from service.store.models import Counter, Study
 
 T = TypeVar("T")
+STEP_THREADS = 2  # at most this many studies step at once in a replica (scheduling.loop)
 
 
 class Database:
@@ -47,10 +48,17 @@ class Database:
         self._jobs = ThreadPoolExecutor(32, thread_name_prefix="db-job")
         self._finishers = ThreadPoolExecutor(16, thread_name_prefix="db-finish")
         self._lock_waiters = ThreadPoolExecutor(64, thread_name_prefix="db-lock") if self.is_sqlite else None
+        # Scheduling steps have threads of their own: behind hundreds of long-polls in the
+        # jobs queue they would starve, and the queue they refill would run dry.
+        self._steps = ThreadPoolExecutor(STEP_THREADS, thread_name_prefix="db-step")
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
         """Self-contained database work (it opens and ends its own session) off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self._jobs, work, *args)
+
+    async def run_step(self, work: Callable[..., T], *args: Any) -> T:
+        """Like `run`, on the scheduling steps' own threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._steps, work, *args)
 
     @asynccontextmanager
     async def request_session(self, *, write: bool) -> AsyncIterator[Session]:
@@ -123,6 +131,7 @@ class Database:
             yield session
 
     def dispose(self) -> None:
+        self._steps.shutdown(wait=True)
         self._jobs.shutdown(wait=True)
         self._finishers.shutdown(wait=True)
         if self._lock_waiters is not None:

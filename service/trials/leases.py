@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -82,6 +83,29 @@ class StudySpecs:
             while len(self._specs) > self.capacity:
                 self._specs.popitem(last=False)
         return spec
+
+
+class EmptyQueues:
+    """Pools whose queue this replica found empty. A trial queued later wakes as many
+    waiting long-polls as trials were queued (Notifier.notify_some); a long-poll whose
+    timer runs out looks at the database again only when that may have missed one: a
+    notification found fewer waiters than it announced trials (locally or through Redis)
+    after the empty look, or that look is older than `period_s` (other replicas without
+    Redis). So hundreds of idle workers of a pool cost one query per period, not one each,
+    and the scheduling steps that refill the queue are not crowded out."""
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self._empty: dict[str, tuple[int, float]] = {}  # pool -> (unanswered wake-ups then, when)
+
+    def known_empty(self, pool: str, unanswered: int) -> bool:
+        seen = self._empty.get(pool)
+        return seen is not None and seen[0] == unanswered and time.monotonic() - seen[1] < self.period_s
+
+    def found_empty(self, pool: str, unanswered_before: int) -> None:
+        """The queue was empty for a look that began when `unanswered_before` wake-ups had
+        gone unanswered."""
+        self._empty[pool] = (unanswered_before, time.monotonic())
 
 
 @dataclass(frozen=True)
