@@ -175,13 +175,33 @@ def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
             "trials_per_s": round(count[0] / elapsed, 1)}
 
 
+COLUMNS = ["scenario", "workers", "studies", "completed", "errors", "trials_per_s", "lease_p50_ms", "lease_p99_ms",
+           "result_p50_ms", "result_p99_ms", "late_over_early", "server_cores", "wall_s", "vs_rdb"]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [" | ".join(COLUMNS), " | ".join("---" for _ in COLUMNS)]
+    lines += [" | ".join(str(row.get(c, "")) for c in COLUMNS) for row in rows]
+    return "\n".join(lines)
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
-    columns = ["scenario", "workers", "studies", "completed", "errors", "trials_per_s", "lease_p50_ms",
-               "lease_p99_ms", "result_p50_ms", "result_p99_ms", "late_over_early", "server_cores", "wall_s"]
-    print(" | ".join(columns))
-    print(" | ".join("---" for _ in columns))
-    for row in rows:
-        print(" | ".join(str(row.get(c, "")) for c in columns))
+    print(table(rows), flush=True)
+
+
+def write_markdown(summary: dict[str, Any]) -> None:
+    """bench/results/fleet.md: the table with the run's date, machine and command (the
+    reading is added by hand below the marker and kept when the file is rewritten)."""
+    path = RESULTS / "fleet.md"
+    marker = "<!-- reading -->"
+    reading = path.read_text().split(marker, 1)[1] if path.exists() and marker in path.read_text() else "\n"
+    path.write_text(
+        "# Fleet benchmark: simulated workers over real HTTP against one control plane on Postgres\n\n"
+        f"- date: {summary['date']}\n- machine: {summary['machine']}\n- command: `{summary['command']}`\n"
+        "- method: bench/fleet.py's docstring; the simulated workers answer at once (bench/fleet_clients.py, "
+        "another process); lease times include the long-poll's wait for a queued trial.\n"
+        f"- Optuna RDBStorage on the same database, same run: {summary['rows'][-1].get('optuna_rdb_trials_per_s')} "
+        "trials/s\n\n" + table(summary["rows"]) + "\n\n" + marker + reading)
 
 
 def _stop_on_sigterm() -> None:
@@ -228,6 +248,7 @@ def main() -> None:
     print_table(rows)
     if not args.no_write:
         (RESULTS / "fleet.json").write_text(json.dumps(summary, indent=1) + "\n")
+        write_markdown(summary)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ _ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "T
               "TORCH_CUDA_ARCH_LIST", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "PYTORCH_CUDA_ALLOC_CONF")
 # The GPU stack's settings (CUDA_VISIBLE_DEVICES, NCCL_NVLS_ENABLE=0 that a host may require, ...).
 _ENV_PREFIXES = ("TRITON_", "CUDA_", "NCCL_", "NVSHMEM_", "NVIDIA_")
+SANDBOX_USER = "paretune-trial"
 _ENV_SET_BY_SANDBOX = frozenset({"TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR"})
 SHM_BYTES = 64 << 20
 
@@ -135,6 +136,9 @@ def sandbox_env(cpus: list[int] | None, *, home: str, overrides: dict[str, str] 
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["HOME"] = env["TMPDIR"] = home
+    # the sandbox uid has no passwd entry: getpass.getuser() (torch's cache directories)
+    # takes the name from here instead of failing
+    env["USER"] = env["LOGNAME"] = SANDBOX_USER
     if agent_pid is not None:
         env["PARETUNE_AGENT_PID"] = str(agent_pid)
     if cpus:

@@ -2,7 +2,8 @@
 # Download, into .whl/, the cp312 manylinux wheels that the GPU machine's image lacks for
 # running the service and the worker from this repository (its image has torch, triton,
 # cuda-core, nvidia-ml-py, numpy, httpx, typer, rich, pyyaml, anyio, click, h11, tqdm,
-# markupsafe, prometheus-client, annotated-doc; not these). Versions are pinned to the
+# markupsafe, prometheus-client, annotated-doc; not these; psycopg and redis only because
+# `paretune serve` checks that the service extras are all installed). Versions are pinned to the
 # development environment's (.venv) so both run the same code.
 #
 #   bench/gpu/fetch_wheels.sh            # then carry .whl to the GPU machine and run
@@ -18,6 +19,7 @@ PACKAGES=(
   sqlalchemy==2.1.9 greenlet==3.5.6 alembic==1.20.1 mako==1.4.3
   optuna==5.0.0 colorlog==6.12.0 opentelemetry-api==1.45.2
   cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
+  psycopg==3.3.9 psycopg-binary==3.3.9 redis==8.1.0
 )
 mkdir -p .whl
 for package in "${PACKAGES[@]}"; do

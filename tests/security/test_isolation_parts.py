@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -370,6 +371,48 @@ def test_an_offered_python_path_is_visible_read_only_in_namespaces(tmp_path):
         sandbox.close()
     assert result is not None and result.status == "completed", result and result.message
     assert result.metrics["f1"].value == 0.0 and not (offered / "planted.py").exists()
+
+
+@pytest.mark.parametrize("level", ["namespaces", "user"])
+def test_a_trial_has_a_user_name_though_its_uid_has_no_passwd_entry(level):
+    """Libraries ask for the user's name (torch's cache directories, through
+    getpass.getuser()); the sandbox uid is in no passwd file, so the name comes from the
+    sandbox's environment instead of a KeyError that fails every GPU trial."""
+    if os.geteuid() != 0 and level == "user":
+        pytest.skip("the user level needs a root agent")
+    with tempfile.TemporaryDirectory() as top:  # the sandbox uid must pass through its parents
+        os.chmod(top, 0o755)
+        _user_name_trial(Path(top), level)
+
+
+def _user_name_trial(tmp_path: Path, level: str) -> None:
+    from workers.backends.python_backend import PYTHON_PATHS_ENV
+    from workers.contract import TrialSpec
+    from workers.sandbox import execute_trial
+
+    objectives = tmp_path / "objectives"
+    objectives.mkdir(mode=0o755)
+    (objectives / "who.py").write_text(
+        "import getpass, os, pwd\n"
+        "def f(config):\n"
+        "    try:\n"
+        "        pwd.getpwuid(os.getuid())\n"
+        "        listed = 1.0\n"
+        "    except KeyError:\n"
+        "        listed = 0.0\n"
+        "    return {'named': float(getpass.getuser() == 'paretune-trial'), 'listed': listed}\n")
+    sandbox = Sandbox(work_root=tmp_path / "work", env_overrides={PYTHON_PATHS_ENV: str(objectives)})
+    sandbox.isolation = choose(level, work_root=sandbox.root, hidden=[], read_only=(str(objectives),))
+    try:
+        spec = TrialSpec(trial_id=1, study_id=1, number=0, attempt=1, is_baseline=True,
+                         kernel=KernelSpec(backend="python", source="who:f", options={"path": str(objectives)}),
+                         config={}, objectives=["named", "listed"], compile_timeout_s=60, run_timeout_s=60)
+        result = execute_trial(spec, ArtifactCache(tmp_path / "cache"), sandbox=sandbox)
+    finally:
+        sandbox.close()
+    assert result is not None and result.status == "completed", result and result.message
+    assert result.metrics["listed"].value == 0.0  # the case that failed: no passwd entry
+    assert result.metrics["named"].value == 1.0
 
 
 def _python_trial(source: str, entry: str, **sandbox: int):  # type: ignore[no-untyped-def]
