@@ -199,7 +199,8 @@ def _system_view(isolation: Isolation, gpu: bool, bound: set[str]) -> list[str]:
     args += ["--perms", "0755", "--dir", "/etc"]
     for name in _ETC:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    own = _python_dirs() + [PACKAGE_DIR, *isolation.read_only]
+    own = _python_dirs() + _toolchain_dirs() + [PACKAGE_DIR, *isolation.read_only]
+    own = sorted(set(own), key=own.index)
     # bwrap makes missing parents private to root; the sandbox user must pass through them
     for parent in sorted({str(a) for path in own for a in Path(path).parents if str(a) != "/"},
                          key=lambda a: a.count("/")):
@@ -235,6 +236,22 @@ def _python_dirs() -> list[str]:
             if not path.startswith("/usr/") and path != "/usr" and os.path.isdir(path) and path not in dirs:
                 dirs.append(path)
     return sorted(dirs + [p for p in extra_python_paths() if p not in dirs])
+
+
+def _toolchain_dirs() -> list[str]:
+    """Where the compilers the sandbox is told to use live, when outside /usr: the
+    installation prefix of CC and CXX (/opt/gcc for /opt/gcc/bin/gcc; Triton builds its
+    launcher with CC) and of PATH's directories under /opt, read-only."""
+    candidates = [os.path.dirname(os.environ.get(name, "")) for name in ("CC", "CXX")]
+    candidates += [d for d in os.environ.get("PATH", "").split(os.pathsep) if d.startswith("/opt/")]
+    dirs: list[str] = []
+    for directory in candidates:
+        real = os.path.realpath(directory) if os.path.isabs(directory) else ""
+        prefix = os.path.dirname(real) if os.path.basename(real) == "bin" else real
+        if (prefix and os.path.isdir(prefix) and prefix.count("/") >= 2 and not prefix.startswith("/usr/")
+                and prefix not in dirs):
+            dirs.append(prefix)
+    return dirs
 
 
 def _gpu_view() -> list[str]:

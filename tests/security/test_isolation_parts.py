@@ -415,6 +415,49 @@ def _user_name_trial(tmp_path: Path, level: str) -> None:
     assert result.metrics["named"].value == 1.0
 
 
+def test_the_compiler_named_by_cc_is_visible_in_namespaces(monkeypatch):
+    """A compiler installed outside /usr (CC=/opt/gcc/bin/gcc on GPU hosts; Triton builds
+    its launcher with it) is visible, read-only, inside the namespaces sandbox."""
+    from workers.backends.python_backend import PYTHON_PATHS_ENV
+    from workers.contract import TrialSpec
+    from workers.sandbox import execute_trial
+
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        root = Path(top)
+        compiler = root / "toolchain" / "bin" / "cc"
+        compiler.parent.mkdir(parents=True)
+        (root / "toolchain" / "lib").mkdir()
+        (root / "toolchain" / "lib" / "marker").write_text("42")
+        compiler.write_text("#!/bin/sh\ncat \"$(dirname \"$0\")/../lib/marker\"\n")
+        compiler.chmod(0o755)
+        monkeypatch.setenv("CC", str(compiler))
+        objectives = root / "objectives"
+        objectives.mkdir(mode=0o755)
+        (objectives / "compile.py").write_text(
+            "import os, subprocess\n"
+            "def f(config):\n"
+            "    out = subprocess.run([os.environ['CC']], capture_output=True, text=True).stdout\n"
+            "    try:\n"
+            "        open(os.environ['CC'], 'a').close()\n"
+            "        writable = 1.0\n"
+            "    except OSError:\n"
+            "        writable = 0.0\n"
+            "    return {'ran': float(out.strip() == '42'), 'writable': writable}\n")
+        sandbox = Sandbox(work_root=root / "work", env_overrides={PYTHON_PATHS_ENV: str(objectives)})
+        sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[], read_only=(str(objectives),))
+        try:
+            spec = TrialSpec(trial_id=1, study_id=1, number=0, attempt=1, is_baseline=True,
+                             kernel=KernelSpec(backend="python", source="compile:f",
+                                               options={"path": str(objectives)}),
+                             config={}, objectives=["ran", "writable"], compile_timeout_s=60, run_timeout_s=60)
+            result = execute_trial(spec, ArtifactCache(root / "cache"), sandbox=sandbox)
+        finally:
+            sandbox.close()
+    assert result is not None and result.status == "completed", result and result.message
+    assert result.metrics["ran"].value == 1.0 and result.metrics["writable"].value == 0.0
+
+
 def _python_trial(source: str, entry: str, **sandbox: int):  # type: ignore[no-untyped-def]
     from workers.contract import TrialSpec
 
