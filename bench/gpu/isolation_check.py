@@ -9,18 +9,15 @@ energy_mj per round, each level's median and repeat spread (max - min), and whet
 isolated medians lie within the repeat spread of the unisolated ones; it writes JSON.
 
 The GPU machine runs as root, has no bubblewrap package and cannot reach the network, so
-the bwrap binary travels in the repository tree, in an ignored folder. Prepare it here once
-(Debian 12's bubblewrap; it needs libselinux1, libcap2 and libpcre2-8-0, which the GPU
-image has as base packages):
+the bwrap binary travels in the repository tree, in an ignored folder. Prepare it here once:
 
-    echo /.bwrap/ >> .git/info/exclude
-    apt-get download bubblewrap && dpkg -x bubblewrap_*.deb .bwrap && rm bubblewrap_*.deb
+    bench/gpu/fetch_bwrap.sh               # Debian 12's bubblewrap and its libraries (.bwrap)
     bench/gpu/fetch_wheels.sh              # the worker's Python packages the image lacks (.whl)
 
 Then on the GPU machine, carrying .bwrap and .whl:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site python3 bench/gpu/isolation_check.py --bwrap .bwrap/usr/bin/bwrap \\
+    PYTHONPATH=/tmp/site python3 bench/gpu/isolation_check.py --bwrap .bwrap/bwrap \\
         --rounds 6 --out $OUT/isolation_check.json
 
 If the host refuses namespaces (a container runtime without them), the script says so with
@@ -74,7 +71,9 @@ class Level:
 
     def __init__(self, name: str, args: argparse.Namespace, work: Path) -> None:
         self.name = name
-        overrides = {"CUDA_VISIBLE_DEVICES": str(args.gpu)} if not args.local else {}
+        # --gpu is the physical index, as the agent's; without it the trials see what this
+        # process sees (a CUDA_VISIBLE_DEVICES set around it is kept, not replaced by GPU 0)
+        overrides = {"CUDA_VISIBLE_DEVICES": str(args.gpu)} if args.gpu is not None and not args.local else {}
         limits = {"memory_mb": args.max_memory_mb} if args.max_memory_mb else {}
         self.sandbox = Sandbox(caps=caps(SandboxLimits(**limits)), work_root=work / name, env_overrides=overrides)
         self.sandbox.isolation = choose(name, work_root=self.sandbox.root, hidden=[], bwrap=args.bwrap)
@@ -135,7 +134,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6, help="measured rounds (after one warm-up round)")
     parser.add_argument("--bwrap", default=None, help="the bubblewrap binary (default: bwrap on PATH)")
-    parser.add_argument("--gpu", type=int, default=0)
+    parser.add_argument("--gpu", type=int, default=None, help="the GPU (physical index; default: as visible here)")
     parser.add_argument("--max-memory-mb", type=int, default=None, help="the memory cap (default: the worker's)")
     parser.add_argument("--out", type=Path, default=Path("isolation_check.json"))
     parser.add_argument("--local", action="store_true", help="the cpu backend's matmul, to test the script")
