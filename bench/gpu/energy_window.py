@@ -11,8 +11,11 @@ Estimators, for a window of W seconds that skips its first S seconds:
 - `rate`: energy between the first and last counter tick inside [start + S, start + W],
   divided by that span over the window's mean time per call (the harness's first method);
 - `counted`: the same energy over the calls that ran between those two ticks, counted from
-  the replays' GPU timestamps (`workers.measure.gpu_energy.calls_between`, what the harness
-  does now).
+  the replays' GPU timestamps (`workers.measure.gpu_energy.calls_between`);
+- `periods`: spans of a whole number of the power controller's one-second periods between
+  ticks, over the calls counted in them (`workers.measure.gpu_energy.energy_window`, what
+  the harness does now; bench/gpu/energy_reference.py checks it against a 20 s reference).
+  The second table gives each estimator's median power and energy per call.
 
     python3 bench/gpu/energy_window.py --out energy.json [--rounds 10] [--window-s 1.6]
     python3 bench/gpu/energy_window.py --analyse energy.json
@@ -95,8 +98,9 @@ def record(args: argparse.Namespace) -> None:
 
 
 def estimates(row: dict[str, Any], window_s: float, skip_s: float) -> dict[str, float] | None:
-    """(rate, counted) energy per call in mJ for the window cut to `window_s`, skipping `skip_s`."""
-    from workers.measure.gpu_energy import calls_between
+    """Energy per call in mJ (`rate`, `counted`, `periods`) and power in W (`*_w`) for the
+    window cut to `window_s`, skipping `skip_s`."""
+    from workers.measure.gpu_energy import Tick, calls_between, energy_window, window_calls
 
     start = row["busy_start"]
     ends, t = [], start
@@ -113,7 +117,17 @@ def estimates(row: dict[str, Any], window_s: float, skip_s: float) -> dict[str, 
     mean_call_s = elapsed / (len(replays) * row["calls_per_replay"])
     calls = calls_between(start, row["replay_ms"], row["calls_per_replay"], t0, t1)
     energy = e1 - e0
-    return {"rate": energy / ((t1 - t0) / mean_call_s), "counted": energy / calls, "ticks": len(inside)}
+    window = energy_window([Tick(t, e) for t, e in inside], start + skip_s, cut)
+    assert window is not None
+    periods_calls = window_calls(window, start, row["replay_ms"], row["calls_per_replay"])
+    return {
+        "rate": energy / ((t1 - t0) / mean_call_s),
+        "counted": energy / calls,
+        "periods": window.energy_mj / periods_calls,
+        "counted_w": energy / (t1 - t0) / 1000.0,
+        "periods_w": window.power_w,
+        "ticks": len(inside),
+    }
 
 
 def analyse(path: Path) -> None:
@@ -125,12 +139,23 @@ def analyse(path: Path) -> None:
     print("| --- | --- | --- | " + " | ".join("---" for _ in names) + " |")
     for window in WINDOWS:
         for skip in SKIPS:
-            for estimator in ("rate", "counted"):
+            for estimator in ("rate", "counted", "periods"):
                 cells = []
                 for name in names:
                     values = [e[estimator] for r in rows if r["name"] == name and (e := estimates(r, window, skip))]
                     cells.append(f"{max(values) / min(values) - 1:.4f} (n={len(values)})" if len(values) > 1 else "-")
                 print(f"| {window} | {skip} | {estimator} | " + " | ".join(cells) + " |")
+    print("\nMedian over the rounds, no skip: power W (counted = first to last tick; periods) and mJ per call\n")
+    print("| window s | " + " | ".join(f"{n} W counted | {n} W periods | {n} mJ counted | {n} mJ periods" for n in names) + " |")
+    print("| --- | " + " | ".join("--- | --- | --- | ---" for _ in names) + " |")
+    for window in WINDOWS:
+        cells = []
+        for name in names:
+            found = [e for r in rows if r["name"] == name and (e := estimates(r, window, 0.0))]
+            for key, digits in (("counted_w", 1), ("periods_w", 1), ("counted", 2), ("periods", 2)):
+                values = sorted(e[key] for e in found)
+                cells.append(f"{values[len(values) // 2]:.{digits}f}" if values else "-")
+        print(f"| {window} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
