@@ -44,7 +44,6 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +83,14 @@ SIMULATED: dict[str, list[tuple[float, PowerCappedGpu]]] = {
     "gemm_m32": [(1.0, PowerCappedGpu(busy_w=800.0, busy_rate=35000.0))],
 }
 
-Measure = Callable[[str, float], dict[str, Any]]
+
+def as_reference(energy_mj: float, power_w: float) -> dict[str, float]:
+    return {"energy_mj": energy_mj, "seconds_per_call": energy_mj / 1000.0 / power_w}
+
+
+def combine_edges(edges: list[dict[str, Any]], weights: list[float]) -> dict[str, float]:
+    """The shapes' first-to-last-tick estimates, combined as the trial's metrics are."""
+    return combine_references([as_reference(e["edge_mj"], e["edge_power_w"]) for e in edges], weights)
 
 
 # -- one trial and one reference, on the GPU ----------------------------------------------
@@ -137,10 +143,7 @@ class GpuBench:
             "environment": environment,
         }
         if all("edge_mj" in e for e in edges):
-            edge = combine_references(
-                [{"energy_mj": e["edge_mj"], "seconds_per_call": e["edge_mj"] / 1000.0 / e["edge_power_w"]} for e in edges],
-                weights,
-            )
+            edge = combine_edges(edges, weights)
             row.update(edge_power_w=edge["power_w"], edge_energy_mj=edge["energy_mj"])
         return row
 
@@ -186,26 +189,23 @@ class SimulatedBench:
 
     def truth(self, name: str) -> dict[str, float]:
         shapes = self.kernels[name]
-        results = [
-            {"energy_mj": g.steady_energy_per_call_mj(), "seconds_per_call": g.steady_energy_per_call_mj() / 1000.0 / g.steady_power_w()}
-            for _, g in shapes
-        ]
+        results = [as_reference(g.steady_energy_per_call_mj(), g.steady_power_w()) for _, g in shapes]
         return combine_references(results, [w for w, _ in shapes])
 
     def trial(self, name: str, gap_s: float) -> dict[str, Any]:
-        samples, edges, weights = [], [], []
+        samples: list[ShapeSamples] = []
+        edges: list[dict[str, Any]] = []
+        weights: list[float] = []
         for weight, gpu in self.kernels[name]:
             device, warmup = self._device(gpu)
             run = simulate_run(device, self.hot_window_s, warmup_s=warmup)
             sample = ShapeSamples(str(len(samples)), weight, hot_ms=run.per_call_ms, hot_mean_ms=run.mean_call_ms)
-            edges.append(hot_energy(sample, run.readings, run.busy_start, run.busy_end, run.replay_ms, run.calls_per_replay))
+            replays = (run.replay_ms, run.calls_per_replay)
+            edges.append(hot_energy(sample, run.readings, run.busy_start, run.busy_end, *replays))
             samples.append(sample)
             weights.append(weight)
         metrics = workload_metrics(samples, OBJECTIVES)
-        edge = combine_references(
-            [{"energy_mj": e["edge_mj"], "seconds_per_call": e["edge_mj"] / 1000.0 / e["edge_power_w"]} for e in edges],
-            weights,
-        )
+        edge = combine_edges(edges, weights)
         return {
             "power_w": metrics["power_w"].value,
             "energy_mj": metrics["energy_mj"].value,
@@ -349,12 +349,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--analyse", default=None, help="print the tables of a recorded JSON and stop")
     args = parser.parse_args(argv)
     if args.analyse:
-        report = json.loads(Path(args.analyse).read_text())
+        recorded: dict[str, Any] = json.loads(Path(args.analyse).read_text())
         print(HEADER)
-        for row in report["rows"]:
+        for row in recorded["rows"]:
             print_row(row)
-        print_summary(summarize(report["rows"]))
-        return report
+        print_summary(summarize(recorded["rows"]))
+        return recorded
     kernels = load_kernels(args)
     report: dict[str, Any] = {
         "mode": "local" if args.local else "gpu",

@@ -146,7 +146,8 @@ def analyse(path: Path) -> None:
                     cells.append(f"{max(values) / min(values) - 1:.4f} (n={len(values)})" if len(values) > 1 else "-")
                 print(f"| {window} | {skip} | {estimator} | " + " | ".join(cells) + " |")
     print("\nMedian over the rounds, no skip: power W (counted = first to last tick; periods) and mJ per call\n")
-    print("| window s | " + " | ".join(f"{n} W counted | {n} W periods | {n} mJ counted | {n} mJ periods" for n in names) + " |")
+    columns = (f"{n} W counted | {n} W periods | {n} mJ counted | {n} mJ periods" for n in names)
+    print("| window s | " + " | ".join(columns) + " |")
     print("| --- | " + " | ".join("--- | --- | --- | ---" for _ in names) + " |")
     for window in WINDOWS:
         cells = []

@@ -11,7 +11,11 @@ small-M GEMM does); spans of whole controller periods agree with the steady stat
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -173,3 +177,47 @@ class TestPeriodSpans:
         run = simulate_run(BELOW_CAP, window_s=1.0)
         gaps = np.diff([t.t for t in ticks_from_readings(run.readings)])
         assert np.median(gaps) == pytest.approx(0.1, abs=0.005)
+
+
+def reference_bench() -> Any:
+    path = Path(__file__).resolve().parents[2] / "bench" / "gpu" / "energy_reference.py"
+    spec = importlib.util.spec_from_file_location("energy_reference", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class TestReferenceBench:
+    def test_local_rounds_print_and_record_the_agreement(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """bench/gpu/energy_reference.py --local: the same rounds, estimators and summary as
+        on the GPU, on the simulated device whose steady state is known."""
+        bench = reference_bench()
+        out = tmp_path / "reference.json"
+        report = bench.main(
+            ["--local", "--kernels", "gemm_bf16,gemm_m32", "--rounds", "2", "--reference-s", "6", "--out", str(out)]
+        )
+        assert json.loads(out.read_text())["summary"] == json.loads(json.dumps(report["summary"]))
+        rows = report["rows"]
+        assert [(r["kernel"], r["round"], r["order"][0]) for r in rows] == [
+            ("gemm_bf16", 0, "trial"),
+            ("gemm_m32", 0, "trial"),
+            ("gemm_m32", 1, "reference"),
+            ("gemm_bf16", 1, "reference"),
+        ]
+        for row in rows:
+            truth = report["truth"][row["kernel"]]
+            assert row["reference"]["energy_mj"] == pytest.approx(truth["energy_mj"], rel=0.003)
+            assert row["trial"]["energy_mj"] == pytest.approx(truth["energy_mj"], rel=0.01)
+        summary = report["summary"]
+        assert all(summary[k][q]["passes"] for k in summary for q in ("power", "energy"))
+        assert not summary["gemm_m32"]["edge_power"]["passes"]  # the old estimate, 3-6% high
+        printed = capsys.readouterr().out
+        assert "W ratio" in printed and "gemm_m32" in printed
+
+    def test_unknown_kernels_are_refused_by_name(self) -> None:
+        bench = reference_bench()
+        with pytest.raises(SystemExit, match="--kernels: unknown"):
+            bench.main(["--local", "--kernels", "nope"])

@@ -304,8 +304,10 @@ class NvmlSampler:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if nvml is None:  # a stand-in (a simulated device) may be given instead
-            import pynvml as nvml
-        self._nvml = nvml
+            import pynvml
+
+            nvml = pynvml
+        self._nvml: Any = nvml
         self._clock = clock
         self._instant_field: int | None = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
         self._handle = device_handle
