@@ -19,12 +19,14 @@ Estimators, for a window of W seconds that skips its first S seconds:
 
     python3 bench/gpu/energy_window.py --out energy.json [--rounds 10] [--window-s 1.6]
     python3 bench/gpu/energy_window.py --analyse energy.json
+    python3 bench/gpu/energy_window.py --cycle energy.json   # the power controller's cycle
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -159,10 +161,48 @@ def analyse(path: Path) -> None:
         print(f"| {window} | " + " | ".join(cells) + " |")
 
 
+def cycle(path: Path) -> None:
+    """Power between consecutive ticks and replay time against time since the window's start
+    (0.1 s buckets, all windows), and the power of one-second spans by their first tick."""
+    from workers.measure.gpu_energy import POWER_AVERAGING_S
+
+    rows = json.loads(path.read_text())["rows"]
+    power: dict[float, list[float]] = {}
+    slowness: dict[float, list[float]] = {}
+    spans: dict[float, list[float]] = {}
+    for row in rows:
+        start, ticks = row["busy_start"], row["ticks"]
+        for (t0, e0), (t1, e1) in zip(ticks, ticks[1:], strict=False):
+            if start < t0 and t1 < row["busy_end"]:
+                power.setdefault(round((t0 + t1) / 2 - start, 1), []).append((e1 - e0) / (t1 - t0) / 1000.0)
+        typical, t = statistics.median(row["replay_ms"]), 0.0
+        for ms in row["replay_ms"]:
+            slowness.setdefault(round(t + ms / 2000.0, 1), []).append(ms / typical)
+            t += ms / 1000.0
+        inside = [(t, e) for t, e in ticks if start < t < row["busy_end"]]
+        for i, (t0, e0) in enumerate(inside):
+            for t1, e1 in inside[i + 1 :]:
+                if abs(t1 - t0 - POWER_AVERAGING_S) < 0.03:
+                    spans.setdefault(round(t0 - start, 1), []).append((e1 - e0) / (t1 - t0) / 1000.0)
+    print("| s since start | power between ticks W (mean) | min | max | replay time / median (mean) |")
+    print("| --- | --- | --- | --- | --- |")
+    for key in sorted(power):
+        values, slow = power[key], slowness.get(key, [float("nan")])
+        print(f"| {key:.1f} | {statistics.mean(values):.0f} | {min(values):.0f} | {max(values):.0f} | "
+              f"{statistics.mean(slow):.3f} |")
+    print("\n| first tick s after start | one-second spans | power W median | min | max |")
+    print("| --- | --- | --- | --- | --- |")
+    for key in sorted(spans):
+        values = spans[key]
+        median = statistics.median(values)
+        print(f"| {key:.1f} | {len(values)} | {median:.1f} | {min(values):.0f} | {max(values):.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="energy_window.json")
     parser.add_argument("--analyse", type=Path, default=None)
+    parser.add_argument("--cycle", type=Path, default=None)
     parser.add_argument("--kernel", default="gemm_bf16")
     parser.add_argument("--backend", default="triton")
     parser.add_argument("--cache", default="/tmp/paretune-energy-cache")
@@ -172,6 +212,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.analyse:
         analyse(args.analyse)
+        return
+    if args.cycle:
+        cycle(args.cycle)
         return
     record(args)
     analyse(Path(args.out))
