@@ -8,11 +8,12 @@ round, and trial and reference swap places every other round):
   as a worker runs it (the study's GPU settings: 0.1 s warm-up, `--hot-window-s` 1.6), its
   reported `power_w` and `energy_mj`, and beside them the first-to-last-tick estimate the
   harness used before (from the trial's environment);
-- reference: an idle gap, then every shape of the same configuration replayed back to back
-  for `--reference-s` (20 s) with NVML sampled (`workers.measure.gpu_harness.
-  reference_workload`): the counter's energy between ticks well inside the run (2 s after
-  its start to 0.5 s before its end, whole controller periods) over the calls counted in
-  that time, and mean power; a workload's shapes combine as the trial combines them.
+- reference: an idle gap, then the same configuration replayed back to back for
+  `--reference-s` (20 s; a workload's shapes share it, each at least 10 s) with NVML sampled
+  (`workers.measure.gpu_harness.reference_workload`): the counter's energy between ticks
+  well inside the run (2 s after its start to 0.5 s before its end, whole controller
+  periods) over the calls counted in that time, and mean power; a workload's shapes
+  combine as the trial combines them.
 
 It prints per round trial W, reference W, trial and reference mJ per call and their ratios,
 then per kernel the median ratio over the rounds and the largest deviation of any round, and
@@ -70,6 +71,12 @@ KERNELS: dict[str, dict[str, Any]] = {
 }
 OBJECTIVES = ["runtime_ms", "energy_mj", "power_w"]
 MEDIAN_WITHIN, ROUND_WITHIN = 0.01, 0.02
+MIN_SHAPE_REFERENCE_S = 10.0  # a workload of several shapes shares the reference time, down to this each
+
+
+def shape_reference_s(reference_s: float, shapes: int) -> float:
+    """Seconds of back-to-back replay for each of a workload's shapes."""
+    return min(reference_s, max(reference_s / max(shapes, 1), MIN_SHAPE_REFERENCE_S))
 
 # --local: one simulated device per shape, like the kernels on the H200 (compute-bound at
 # the cap, memory-bound far above it with short calls, RMSNorm below it).
@@ -150,7 +157,8 @@ class GpuBench:
     def reference(self, name: str, gap_s: float, seconds: float) -> dict[str, Any]:
         from workers.measure import gpu_harness
 
-        backend, spec, config, built, _ = self.prepared[name]
+        backend, spec, config, built, weights = self.prepared[name]
+        seconds = shape_reference_s(seconds, len(weights))
         captured: dict[str, Any] = {}
         measure_workload = gpu_harness.measure_workload
 
@@ -168,7 +176,7 @@ class GpuBench:
             gpu_harness.measure_workload = measure_workload
         if captured.get("result") is None:
             return {"error": "no reference energy", "environment": captured.get("environment")}
-        return {**captured["result"], "environment": captured["environment"]}
+        return {**captured["result"], "shape_s": seconds, "environment": captured["environment"]}
 
 
 # -- the same on the simulated device -----------------------------------------------------
@@ -217,15 +225,16 @@ class SimulatedBench:
 
     def reference(self, name: str, gap_s: float, seconds: float) -> dict[str, Any]:
         results, weights = [], []
+        shape_s = shape_reference_s(seconds, len(self.kernels[name]))
         for weight, gpu in self.kernels[name]:
             device, warmup = self._device(gpu)
-            run = simulate_run(device, seconds, warmup_s=warmup)
+            run = simulate_run(device, shape_s, warmup_s=warmup)
             result = reference_result(run.readings, run.busy_start, run.busy_end, run.replay_ms, run.calls_per_replay)
             if result is None:
                 return {"error": "no reference energy"}
             results.append(result)
             weights.append(weight)
-        return {**combine_references(results, weights), "shapes": results}
+        return {**combine_references(results, weights), "shape_s": shape_s, "shapes": results}
 
 
 # -- rounds, table, summary ---------------------------------------------------------------
@@ -339,7 +348,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--kernels", default=None, help="comma-separated names (default: all)")
     parser.add_argument("--kernel-file", default=None, help="JSON list of kernels to use instead of KERNELS")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--reference-s", type=float, default=20.0, help="seconds of back-to-back replay per shape")
+    parser.add_argument(
+        "--reference-s", type=float, default=20.0, help="seconds of back-to-back replay (shapes share it, >= 10 s each)"
+    )
     parser.add_argument("--hot-window-s", type=float, default=1.6, help="the trial's hot window")
     parser.add_argument("--gap-s", type=float, default=1.0, help="idle before each trial and reference")
     parser.add_argument("--cache", default="/tmp/paretune-energy-reference-cache")
