@@ -57,15 +57,15 @@ from workers.measure.gpu_harness import combine_references, hot_energy, referenc
 from workers.measure.nvml_sim import PowerCappedGpu, simulate_run  # noqa: E402
 
 # The three built-in GPU kernels as studies measure them, and a memory-bound decode GEMM:
-# M = 32 rows against an 8192 x 8192 bf16 matrix (128 MB, twice the L2) streamed each call.
+# M = 64 rows against an 8192 x 8192 bf16 matrix (128 MB, twice the L2) streamed each call.
 KERNELS: dict[str, dict[str, Any]] = {
     "gemm_bf16": {"backend": "triton", "builtin": "gemm_bf16"},
     "attention_fwd": {"backend": "triton", "builtin": "attention_fwd"},
     "rmsnorm": {"backend": "cuda", "builtin": "rmsnorm"},
-    "gemm_m32": {
+    "gemm_m64": {
         "backend": "triton",
         "builtin": "gemm_bf16",
-        "workload": [{"dims": {"m": 32, "n": 8192, "k": 8192}, "weight": 1.0}],
+        "workload": [{"dims": {"m": 64, "n": 8192, "k": 8192}, "weight": 1.0}],
         "config": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
     },
 }
@@ -87,7 +87,7 @@ SIMULATED: dict[str, list[tuple[float, PowerCappedGpu]]] = {
         (0.3, PowerCappedGpu(busy_w=720.0, busy_rate=220.0)),
     ],
     "rmsnorm": [(1.0, PowerCappedGpu(busy_w=650.0, busy_rate=12000.0))],
-    "gemm_m32": [(1.0, PowerCappedGpu(busy_w=800.0, busy_rate=35000.0))],
+    "gemm_m64": [(1.0, PowerCappedGpu(busy_w=800.0, busy_rate=35000.0))],
 }
 
 

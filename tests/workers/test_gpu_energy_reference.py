@@ -201,14 +201,14 @@ class TestReferenceBench:
         bench = reference_bench()
         out = tmp_path / "reference.json"
         report = bench.main(
-            ["--local", "--kernels", "gemm_bf16,gemm_m32", "--rounds", "2", "--reference-s", "6", "--out", str(out)]
+            ["--local", "--kernels", "gemm_bf16,gemm_m64", "--rounds", "2", "--reference-s", "6", "--out", str(out)]
         )
         assert json.loads(out.read_text())["summary"] == json.loads(json.dumps(report["summary"]))
         rows = report["rows"]
         assert [(r["kernel"], r["round"], r["order"][0]) for r in rows] == [
             ("gemm_bf16", 0, "trial"),
-            ("gemm_m32", 0, "trial"),
-            ("gemm_m32", 1, "reference"),
+            ("gemm_m64", 0, "trial"),
+            ("gemm_m64", 1, "reference"),
             ("gemm_bf16", 1, "reference"),
         ]
         for row in rows:
@@ -217,9 +217,9 @@ class TestReferenceBench:
             assert row["trial"]["energy_mj"] == pytest.approx(truth["energy_mj"], rel=0.01)
         summary = report["summary"]
         assert all(summary[k][q]["passes"] for k in summary for q in ("power", "energy"))
-        assert not summary["gemm_m32"]["edge_power"]["passes"]  # the old estimate, 3-6% high
+        assert not summary["gemm_m64"]["edge_power"]["passes"]  # the old estimate, 3-6% high
         printed = capsys.readouterr().out
-        assert "W ratio" in printed and "gemm_m32" in printed
+        assert "W ratio" in printed and "gemm_m64" in printed
 
     def test_unknown_kernels_are_refused_by_name(self) -> None:
         bench = reference_bench()
