@@ -116,15 +116,21 @@ class GpuBench:
         )
         cache = ArtifactCache(Path(args.cache))
         self.prepared: dict[str, tuple[Any, KernelSpec, dict[str, Any], Any, list[float]]] = {}
+        self.failed: dict[str, str] = {}
         for name, entry in kernels.items():
-            backend = get_backend(entry["backend"])
-            spec = KernelSpec(**{k: v for k, v in entry.items() if k not in ("name", "config")})
-            config = dict(entry.get("config") or {})
-            key = backend.cache_key(spec, config)
-            built = cache.lookup(key) or cache.commit(key, backend.compile(spec, config, cache.staging()))
-            outcome = backend.check(spec, config, built)
-            if not outcome.passed:
-                raise SystemExit(f"{name}: the configuration fails its correctness check: {outcome.details}")
+            try:
+                backend = get_backend(entry["backend"])
+                spec = KernelSpec(**{k: v for k, v in entry.items() if k not in ("name", "config")})
+                config = dict(entry.get("config") or {})
+                key = backend.cache_key(spec, config)
+                built = cache.lookup(key) or cache.commit(key, backend.compile(spec, config, cache.staging()))
+                outcome = backend.check(spec, config, built)
+                if not outcome.passed:
+                    raise RuntimeError(f"fails its correctness check: {outcome.details}")
+            except Exception as exc:  # one kernel that cannot run leaves the others to measure
+                self.failed[name] = f"{type(exc).__name__}: {exc}"[:2000]
+                print(f"{name}: SKIPPED, {self.failed[name]}", flush=True)
+                continue
             self.prepared[name] = (backend, spec, config, built, self._weights(spec, entry))
             print(f"{name}: compiled and checked", flush=True)
 
@@ -241,6 +247,9 @@ class SimulatedBench:
 
 
 def run_rounds(bench: Any, names: list[str], args: argparse.Namespace, report: dict[str, Any]) -> None:
+    if not names:
+        print("no kernel to measure", flush=True)
+        return
     for index in range(args.rounds):
         shift = index % len(names)
         for name in names[shift:] + names[:shift]:
@@ -375,10 +384,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rows": [],
     }
     bench: Any = SimulatedBench(kernels, args) if args.local else GpuBench(kernels, args)
+    names = list(kernels)
     if args.local:
         report["truth"] = {name: bench.truth(name) for name in kernels}
+    else:
+        report["skipped"] = bench.failed
+        names = [name for name in names if name not in bench.failed]
     print(HEADER, flush=True)
-    run_rounds(bench, list(kernels), args, report)
+    run_rounds(bench, names, args, report)
     report["summary"] = summarize(report["rows"])
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))

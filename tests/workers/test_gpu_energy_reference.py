@@ -90,6 +90,16 @@ class TestTrialAgainstSteadyState:
         # the old estimate stays beside it, for comparison
         assert metrics["energy_mj"].stats["edge_mj"] == pytest.approx(sample.edge_energy_mj)
 
+    def test_against_the_closed_form(self) -> None:
+        """A card that jumps from idle to busy: the steady state in closed form (power the
+        cap, energy per call cap / (t* busy_rate)), not from the model's own trace."""
+        gpu = PowerCappedGpu(busy_w=760.0, busy_rate=5000.0, ramp=())
+        closed_form_mj = gpu.closed_form_energy_per_call_mj()
+        metrics, sample = trial_metrics(simulate_run(gpu, window_s=1.6))
+        assert metrics["power_w"].value == pytest.approx(gpu.cap_w, rel=0.01)
+        assert metrics["energy_mj"].value == pytest.approx(closed_form_mj, rel=0.01)
+        assert sample.edge_power_w is not None and sample.edge_power_w > 1.02 * gpu.cap_w
+
     def test_power_is_energy_over_the_same_calls_time(self) -> None:
         metrics, sample = trial_metrics(simulate_run(MEMORY_BOUND, window_s=1.6))
         assert sample.energy is not None and sample.energy_calls
