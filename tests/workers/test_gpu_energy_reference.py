@@ -66,7 +66,7 @@ class TestSimulatedDevice:
 
 
 class TestTrialAgainstSteadyState:
-    @pytest.mark.parametrize(("gpu", "at_least"), [(COMPUTE_BOUND, 0.01), (MEMORY_BOUND, 0.03)])
+    @pytest.mark.parametrize(("gpu", "at_least"), [(COMPUTE_BOUND, 0.01), (MEMORY_BOUND, 0.02)])
     def test_first_to_last_tick_reads_high_under_the_cap(self, gpu: PowerCappedGpu, at_least: float) -> None:
         _, sample = trial_metrics(simulate_run(gpu, window_s=1.6))
         assert sample.edge_power_w is not None
