@@ -61,9 +61,9 @@ def record(args: argparse.Namespace) -> None:
         )
         return window
 
-    def energy_window(ticks: Any, busy_start: float, busy_end: float) -> Any:
+    def energy_window(ticks: Any, busy_start: float, busy_end: float, *more: float) -> Any:
         captured["ticks"] = [[t.t, t.energy_mj] for t in ticks if busy_start - 0.5 < t.t < busy_end + 0.5]
-        return real_energy_window(ticks, busy_start, busy_end)
+        return real_energy_window(ticks, busy_start, busy_end, *more)
 
     gpu_harness.hot_window, gpu_harness.energy_window = hot_window, energy_window
     backend = get_backend(args.backend)
