@@ -49,6 +49,7 @@ def record(args: argparse.Namespace) -> None:
     from workers.cache import ArtifactCache
     from workers.contract import KernelSpec, MeasureSettings
     from workers.measure import gpu_harness
+    from workers.measure.gpu_energy import PERIOD_TOLERANCE_S, POWER_AVERAGING_S
 
     captured: dict[str, Any] = {}
     real_hot_window, real_energy_window = gpu_harness.hot_window, gpu_harness.energy_window
@@ -61,9 +62,15 @@ def record(args: argparse.Namespace) -> None:
         )
         return window
 
-    def energy_window(ticks: Any, busy_start: float, busy_end: float, *more: float) -> Any:
+    def energy_window(
+        ticks: Any,
+        busy_start: float,
+        busy_end: float,
+        period_s: float = POWER_AVERAGING_S,
+        tolerance_s: float = PERIOD_TOLERANCE_S,
+    ) -> Any:
         captured["ticks"] = [[t.t, t.energy_mj] for t in ticks if busy_start - 0.5 < t.t < busy_end + 0.5]
-        return real_energy_window(ticks, busy_start, busy_end, *more)
+        return real_energy_window(ticks, busy_start, busy_end, period_s, tolerance_s)
 
     gpu_harness.hot_window, gpu_harness.energy_window = hot_window, energy_window
     backend = get_backend(args.backend)
