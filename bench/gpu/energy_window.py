@@ -11,17 +11,22 @@ Estimators, for a window of W seconds that skips its first S seconds:
 - `rate`: energy between the first and last counter tick inside [start + S, start + W],
   divided by that span over the window's mean time per call (the harness's first method);
 - `counted`: the same energy over the calls that ran between those two ticks, counted from
-  the replays' GPU timestamps (`workers.measure.gpu_energy.calls_between`, what the harness
-  does now).
+  the replays' GPU timestamps (`workers.measure.gpu_energy.calls_between`);
+- `periods`: spans of a whole number of the power controller's one-second periods between
+  ticks, over the calls counted in them (`workers.measure.gpu_energy.energy_window`, what
+  the harness does now; bench/gpu/energy_reference.py checks it against a 20 s reference).
+  The second table gives each estimator's median power and energy per call.
 
     python3 bench/gpu/energy_window.py --out energy.json [--rounds 10] [--window-s 1.6]
     python3 bench/gpu/energy_window.py --analyse energy.json
+    python3 bench/gpu/energy_window.py --cycle energy.json   # the power controller's cycle
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,6 +49,7 @@ def record(args: argparse.Namespace) -> None:
     from workers.cache import ArtifactCache
     from workers.contract import KernelSpec, MeasureSettings
     from workers.measure import gpu_harness
+    from workers.measure.gpu_energy import PERIOD_TOLERANCE_S, POWER_AVERAGING_S
 
     captured: dict[str, Any] = {}
     real_hot_window, real_energy_window = gpu_harness.hot_window, gpu_harness.energy_window
@@ -56,9 +62,15 @@ def record(args: argparse.Namespace) -> None:
         )
         return window
 
-    def energy_window(ticks: Any, busy_start: float, busy_end: float) -> Any:
+    def energy_window(
+        ticks: Any,
+        busy_start: float,
+        busy_end: float,
+        period_s: float = POWER_AVERAGING_S,
+        tolerance_s: float = PERIOD_TOLERANCE_S,
+    ) -> Any:
         captured["ticks"] = [[t.t, t.energy_mj] for t in ticks if busy_start - 0.5 < t.t < busy_end + 0.5]
-        return real_energy_window(ticks, busy_start, busy_end)
+        return real_energy_window(ticks, busy_start, busy_end, period_s, tolerance_s)
 
     gpu_harness.hot_window, gpu_harness.energy_window = hot_window, energy_window
     backend = get_backend(args.backend)
@@ -95,8 +107,9 @@ def record(args: argparse.Namespace) -> None:
 
 
 def estimates(row: dict[str, Any], window_s: float, skip_s: float) -> dict[str, float] | None:
-    """(rate, counted) energy per call in mJ for the window cut to `window_s`, skipping `skip_s`."""
-    from workers.measure.gpu_energy import calls_between
+    """Energy per call in mJ (`rate`, `counted`, `periods`) and power in W (`*_w`) for the
+    window cut to `window_s`, skipping `skip_s`."""
+    from workers.measure.gpu_energy import Tick, calls_between, energy_window, window_calls
 
     start = row["busy_start"]
     ends, t = [], start
@@ -113,7 +126,17 @@ def estimates(row: dict[str, Any], window_s: float, skip_s: float) -> dict[str, 
     mean_call_s = elapsed / (len(replays) * row["calls_per_replay"])
     calls = calls_between(start, row["replay_ms"], row["calls_per_replay"], t0, t1)
     energy = e1 - e0
-    return {"rate": energy / ((t1 - t0) / mean_call_s), "counted": energy / calls, "ticks": len(inside)}
+    window = energy_window([Tick(t, e) for t, e in inside], start + skip_s, cut)
+    assert window is not None
+    periods_calls = window_calls(window, start, row["replay_ms"], row["calls_per_replay"])
+    return {
+        "rate": energy / ((t1 - t0) / mean_call_s),
+        "counted": energy / calls,
+        "periods": window.energy_mj / periods_calls,
+        "counted_w": energy / (t1 - t0) / 1000.0,
+        "periods_w": window.power_w,
+        "ticks": len(inside),
+    }
 
 
 def analyse(path: Path) -> None:
@@ -125,18 +148,68 @@ def analyse(path: Path) -> None:
     print("| --- | --- | --- | " + " | ".join("---" for _ in names) + " |")
     for window in WINDOWS:
         for skip in SKIPS:
-            for estimator in ("rate", "counted"):
+            for estimator in ("rate", "counted", "periods"):
                 cells = []
                 for name in names:
                     values = [e[estimator] for r in rows if r["name"] == name and (e := estimates(r, window, skip))]
                     cells.append(f"{max(values) / min(values) - 1:.4f} (n={len(values)})" if len(values) > 1 else "-")
                 print(f"| {window} | {skip} | {estimator} | " + " | ".join(cells) + " |")
+    print("\nMedian over the rounds, no skip: power W (counted = first to last tick; periods) and mJ per call\n")
+    columns = (f"{n} W counted | {n} W periods | {n} mJ counted | {n} mJ periods" for n in names)
+    print("| window s | " + " | ".join(columns) + " |")
+    print("| --- | " + " | ".join("--- | --- | --- | ---" for _ in names) + " |")
+    for window in WINDOWS:
+        cells = []
+        for name in names:
+            found = [e for r in rows if r["name"] == name and (e := estimates(r, window, 0.0))]
+            for key, digits in (("counted_w", 1), ("periods_w", 1), ("counted", 2), ("periods", 2)):
+                values = sorted(e[key] for e in found)
+                cells.append(f"{values[len(values) // 2]:.{digits}f}" if values else "-")
+        print(f"| {window} | " + " | ".join(cells) + " |")
+
+
+def cycle(path: Path) -> None:
+    """Power between consecutive ticks and replay time against time since the window's start
+    (0.1 s buckets, all windows), and the power of one-second spans by their first tick."""
+    from workers.measure.gpu_energy import POWER_AVERAGING_S
+
+    rows = json.loads(path.read_text())["rows"]
+    power: dict[float, list[float]] = {}
+    slowness: dict[float, list[float]] = {}
+    spans: dict[float, list[float]] = {}
+    for row in rows:
+        start, ticks = row["busy_start"], row["ticks"]
+        for (t0, e0), (t1, e1) in zip(ticks, ticks[1:], strict=False):
+            if start < t0 and t1 < row["busy_end"]:
+                power.setdefault(round((t0 + t1) / 2 - start, 1), []).append((e1 - e0) / (t1 - t0) / 1000.0)
+        typical, t = statistics.median(row["replay_ms"]), 0.0
+        for ms in row["replay_ms"]:
+            slowness.setdefault(round(t + ms / 2000.0, 1), []).append(ms / typical)
+            t += ms / 1000.0
+        inside = [(t, e) for t, e in ticks if start < t < row["busy_end"]]
+        for i, (t0, e0) in enumerate(inside):
+            for t1, e1 in inside[i + 1 :]:
+                if abs(t1 - t0 - POWER_AVERAGING_S) < 0.03:
+                    spans.setdefault(round(t0 - start, 1), []).append((e1 - e0) / (t1 - t0) / 1000.0)
+    print("| s since start | power between ticks W (mean) | min | max | replay time / median (mean) |")
+    print("| --- | --- | --- | --- | --- |")
+    for key in sorted(power):
+        values, slow = power[key], slowness.get(key, [float("nan")])
+        print(f"| {key:.1f} | {statistics.mean(values):.0f} | {min(values):.0f} | {max(values):.0f} | "
+              f"{statistics.mean(slow):.3f} |")
+    print("\n| first tick s after start | one-second spans | power W median | min | max |")
+    print("| --- | --- | --- | --- | --- |")
+    for key in sorted(spans):
+        values = spans[key]
+        median = statistics.median(values)
+        print(f"| {key:.1f} | {len(values)} | {median:.1f} | {min(values):.0f} | {max(values):.0f} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="energy_window.json")
     parser.add_argument("--analyse", type=Path, default=None)
+    parser.add_argument("--cycle", type=Path, default=None)
     parser.add_argument("--kernel", default="gemm_bf16")
     parser.add_argument("--backend", default="triton")
     parser.add_argument("--cache", default="/tmp/paretune-energy-cache")
@@ -146,6 +219,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.analyse:
         analyse(args.analyse)
+        return
+    if args.cycle:
+        cycle(args.cycle)
         return
     record(args)
     analyse(Path(args.out))

@@ -5,7 +5,8 @@ collects hot per-call times (one sample per CUDA-graph replay), the energy windo
 run, and cold per-call latencies. The objectives aggregate as a busy server would see them:
 
 - runtime_ms, energy_mj: the weighted mean over shapes of each shape's value;
-- power_w: weighted energy over weighted time (average power of the mix);
+- power_w: weighted energy over weighted time (average power of the mix), each shape's time
+  per call taken over the same spans as its energy;
 - latency_ms, p99_ms: the median and 99th percentile of the weighted mixture of the cold
   latency distributions (a sample of shape s weighs w_s / n_s).
 
@@ -44,7 +45,9 @@ class ShapeSamples:
     hot_ms: list[float] = field(default_factory=list)  # per-call time of each graph replay
     hot_mean_ms: float | None = None  # whole hot window: elapsed / calls
     energy: EnergyWindow | None = None
-    energy_calls: float | None = None  # calls that ran between the energy window's first and last tick
+    energy_calls: float | None = None  # calls that ran in the energy window's spans
+    edge_energy_mj: float | None = None  # first-to-last-tick estimate per call, kept for comparison
+    edge_power_w: float | None = None
     cold_ms: list[float] = field(default_factory=list)
 
 
@@ -124,6 +127,14 @@ def shape_energy_per_call_mj(shape: ShapeSamples) -> float | None:
     return energy_per_call_mj(shape.energy, shape.hot_mean_ms / 1000.0)
 
 
+def shape_seconds_per_call(shape: ShapeSamples) -> float:
+    """Time per call over the energy window's own spans, so that power and energy share a
+    time base; the hot run's mean where the calls were not counted."""
+    if shape.energy is not None and shape.energy_calls:
+        return shape.energy.seconds / shape.energy_calls
+    return float(shape.hot_mean_ms or 0.0) / 1000.0
+
+
 def _energy_metric(shape: ShapeSamples, confidence: float) -> Metric | None:
     value = shape_energy_per_call_mj(shape)
     if value is None or shape.energy is None or not shape.hot_mean_ms:
@@ -135,7 +146,10 @@ def _energy_metric(shape: ShapeSamples, confidence: float) -> Metric | None:
         "ticks": float(shape.energy.ticks),
         "power_w": shape.energy.power_w,
         "calls": shape.energy_calls or shape.energy.seconds / seconds_per_call,
+        "periods": float(shape.energy.periods),
     }
+    if shape.edge_energy_mj is not None and shape.edge_power_w is not None:
+        stats.update(edge_mj=shape.edge_energy_mj, edge_power_w=shape.edge_power_w)
     ci_low = ci_high = None
     if len(per_interval) >= 2:
         stats.update({f"interval_{k}": v for k, v in summarize(per_interval, "mJ", confidence).stats.items()})
@@ -152,7 +166,7 @@ def _power_metric(shapes: Sequence[ShapeSamples], weights: Sequence[float], conf
     if any(e is None for e in per_call):
         return None
     windows = [s.energy for s in shapes if s.energy is not None]
-    times = [float(s.hot_mean_ms or 0.0) for s in shapes]
+    times = [shape_seconds_per_call(s) * 1000.0 for s in shapes]
     energies = [float(e or 0.0) for e in per_call]
     value = _weighted_mean(energies, weights) / _weighted_mean(times, weights)
     interval = [p for w in windows for p in w.interval_power_w]

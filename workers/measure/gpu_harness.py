@@ -4,6 +4,10 @@ For every shape of the workload: a hot window (CUDA-graph replay for `hot_window
 sampler thread reads NVML's energy counter, clocks, temperature and throttle reasons; then
 cold latencies of all shapes, interleaved. The samples become objectives in
 `gpu_aggregate.workload_metrics`; the environment of each sample set is returned beside them.
+
+`reference_workload` is the steady-state reference the trial's energy is checked against
+(bench/gpu/energy_reference.py): every shape replayed back to back for many seconds, its
+energy per call taken over ticks well inside the run.
 """
 
 from __future__ import annotations
@@ -23,12 +27,15 @@ from workers.measure.gpu_aggregate import (
 )
 from workers.measure.gpu_energy import (
     NvmlSampler,
-    calls_between,
+    Reading,
+    edge_window,
     energy_window,
     environment_summary,
     nvml_handle_for_torch_device,
     readings_between,
+    steady_state_window,
     ticks_from_readings,
+    window_calls,
 )
 from workers.measure.gpu_timing import (
     L2Flusher,
@@ -112,22 +119,51 @@ def _hot(
     }
     if sampler is not None:
         readings = sampler.readings()
-        sample.energy = energy_window(
-            ticks_from_readings(readings), window.busy_start, window.busy_end
+        replay_ms = [ms * window.calls_per_replay for ms in window.per_call_ms]
+        info["energy"] = hot_energy(
+            sample, readings, window.busy_start, window.busy_end, replay_ms, window.calls_per_replay
         )
-        if sample.energy is not None:
-            sample.energy_calls = calls_between(
-                window.busy_start,
-                [ms * window.calls_per_replay for ms in window.per_call_ms],
-                window.calls_per_replay,
-                sample.energy.t_first,
-                sample.energy.t_last,
-            )
         info.update(
             environment_summary(readings_between(readings, window.busy_start, window.busy_end))
         )
         if sample.energy is None:
             info["energy_error"] = "fewer than two counter ticks inside the hot window"
+    return info
+
+
+def hot_energy(
+    sample: ShapeSamples,
+    readings: Sequence[Reading],
+    busy_start: float,
+    busy_end: float,
+    replay_ms: Sequence[float],
+    calls_per_replay: int,
+) -> dict[str, Any]:
+    """A hot window's energy and the calls it covers (whole controller periods between
+    counter ticks, `gpu_energy.energy_window`), and the first-to-last-tick estimate beside it.
+
+    `replay_ms` are the GPU times of the replays, run back to back from `busy_start`.
+    Returns what the environment records of it (empty when no energy could be given)."""
+    ticks = ticks_from_readings(readings)
+    sample.energy = energy_window(ticks, busy_start, busy_end)
+    if sample.energy is None:
+        return {}
+    sample.energy_calls = window_calls(sample.energy, busy_start, replay_ms, calls_per_replay)
+    edge = edge_window(ticks, busy_start, busy_end)
+    if edge is not None:
+        calls = window_calls(edge, busy_start, replay_ms, calls_per_replay)
+        if calls > 0:
+            sample.edge_energy_mj, sample.edge_power_w = edge.energy_mj / calls, edge.power_w
+    info: dict[str, Any] = {
+        "periods": sample.energy.periods,
+        "spans": len(sample.energy.span_list()),
+        "seconds": sample.energy.seconds,
+        "calls": sample.energy_calls,
+        "power_w": sample.energy.power_w,
+        "mj": sample.energy.energy_mj / sample.energy_calls if sample.energy_calls else None,
+    }
+    if sample.edge_energy_mj is not None:
+        info.update(edge_mj=sample.edge_energy_mj, edge_power_w=sample.edge_power_w)
     return info
 
 
@@ -183,3 +219,70 @@ def device_description() -> dict[str, Any]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def reference_result(
+    readings: Sequence[Reading],
+    busy_start: float,
+    busy_end: float,
+    replay_ms: Sequence[float],
+    calls_per_replay: int,
+) -> dict[str, float] | None:
+    """Energy per call and power of a long back-to-back run, over ticks well inside it
+    (`gpu_energy.steady_state_window`), with the first-to-last-tick values beside them."""
+    aligned, edge = steady_state_window(ticks_from_readings(readings), busy_start, busy_end)
+    if aligned is None:
+        return None
+    calls = window_calls(aligned, busy_start, replay_ms, calls_per_replay)
+    if calls <= 0:
+        return None
+    result = {
+        "energy_mj": aligned.energy_mj / calls,
+        "power_w": aligned.power_w,
+        "seconds_per_call": aligned.seconds / calls,
+        "span_s": aligned.t_last - aligned.t_first,
+        "periods": float(aligned.periods),
+        "ticks": float(aligned.ticks),
+    }
+    if edge is not None:
+        edge_calls = window_calls(edge, busy_start, replay_ms, calls_per_replay)
+        result.update(edge_energy_mj=edge.energy_mj / edge_calls, edge_power_w=edge.power_w)
+    return result
+
+
+def combine_references(results: Sequence[dict[str, float]], weights: Sequence[float]) -> dict[str, float]:
+    """A workload's reference as its trial aggregates shapes: energy per call the weighted
+    mean, power the weighted energy over the weighted time per call."""
+    total = sum(weights)
+    energy = sum(r["energy_mj"] * w for r, w in zip(results, weights, strict=True)) / total
+    seconds = sum(r["seconds_per_call"] * w for r, w in zip(results, weights, strict=True)) / total
+    return {"energy_mj": energy, "power_w": energy / seconds / 1000.0, "seconds_per_call": seconds}
+
+
+def reference_workload(
+    shapes: Sequence[ShapeLaunch], reference_s: float, warmup_s: float = MIN_WARMUP_S
+) -> tuple[dict[str, float] | None, dict[str, Any]]:
+    """Each shape replayed back to back for `reference_s` while NVML is sampled: the
+    steady-state energy per call and power a trial's measurement should agree with."""
+    environment: dict[str, Any] = {"device": device_description(), "shapes": {}}
+    results: list[dict[str, float]] = []
+    with _sampler(environment) as sampler:
+        if sampler is None:
+            return None, environment
+        for shape in shapes:
+            window = hot_window(shape.launch, reference_s, max(warmup_s, MIN_WARMUP_S))
+            readings = sampler.readings()
+            replay_ms = [ms * window.calls_per_replay for ms in window.per_call_ms]
+            result = reference_result(
+                readings, window.busy_start, window.busy_end, replay_ms, window.calls_per_replay
+            )
+            environment["shapes"][shape.key] = {
+                "reference": result,
+                "window_s": window.busy_end - window.busy_start,
+                "runtime_ms": window.mean_call_ms,
+                **environment_summary(readings_between(readings, window.busy_start, window.busy_end)),
+            }
+            if result is None:
+                return None, environment
+            results.append(result)
+    return combine_references(results, [s.weight for s in shapes]), environment

@@ -131,10 +131,18 @@ def hot_window(
     calls = plan_calls_per_graph(call_s)
     graph, mode = capture(launch, calls)
     replay_s = call_s * calls
-    for _ in range(max(1, math.ceil(warmup_s / max(replay_s, 1e-6)))):
+    warm_replays = max(1, math.ceil(warmup_s / max(replay_s, 1e-6)))
+    warm_start = torch.cuda.Event(enable_timing=True)
+    warm_end = torch.cuda.Event(enable_timing=True)
+    warm_start.record()
+    for _ in range(warm_replays):
         graph.replay()
+    warm_end.record()
     torch.cuda.synchronize()
-    replays = plan_replays(replay_s, window_s)
+    # Plan the window from the replays' own time: a short call's single-call estimate
+    # includes launch latency, and a window cut short has no whole-second energy span.
+    measured_s = warm_start.elapsed_time(warm_end) / 1000.0 / warm_replays
+    replays = plan_replays(measured_s if measured_s > 0 else replay_s, window_s)
     events = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
     busy_start = time.perf_counter()
     events[0].record()
