@@ -40,8 +40,9 @@ def completed_study(api: Api, trials: int = 8) -> tuple[dict[str, Any], tuple[di
     return done, worker
 
 
-def good_trials(api: Api, study_id: int) -> list[dict[str, Any]]:
-    items = api.client.get(f"/v1/studies/{study_id}/trials", params={"limit": "500"}, headers=api.admin).json()
+def good_trials(api: Api, study_id: int, headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    items = api.client.get(f"/v1/studies/{study_id}/trials", params={"limit": "500"},
+                           headers=headers or api.admin).json()
     return [t for t in items["items"] if t["state"] == "completed" and not t["is_baseline"] and t["feasible"]]
 
 
