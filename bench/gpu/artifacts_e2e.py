@@ -17,6 +17,12 @@ the interval; the absolute hot times beside the validated ones.
     python3 bench/gpu/artifacts_e2e.py OUT [--trials 12] [--rounds 10]
     python bench/gpu/artifacts_e2e.py OUT --local    # the cpu backend's matmul, to test the script
 
+On the GPU machine (Python 3.12; the packages its image lacks travel as wheels, made here
+with bench/gpu/fetch_wheels.sh), about six minutes:
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+    PYTHONPATH=/tmp/site timeout 570 python3 bench/gpu/artifacts_e2e.py $OUT --trials 12 --rounds 10
+
 (`--apply DIR` is the plain process's own mode.)
 """
 
@@ -129,13 +135,16 @@ def apply_cpu(store: Any, baseline: dict[str, Any], dims: dict[str, int], rounds
     call("approved")()
     error = float(np.linalg.norm(c - a @ b) / np.linalg.norm(a @ b))
 
-    def hot_ms(fn: Any, window_s: float = 0.2, calls: int = 1) -> float:
+    def hot_ms(fn: Any, window_s: float = 0.2) -> float:
+        """The median of back-to-back calls, as the cpu backend's runtime_ms (its mean would
+        carry the tail a shared machine adds)."""
         fn()
-        count, started = 0, time.perf_counter()
-        while time.perf_counter() - started < window_s:
+        samples, started = [], time.perf_counter()
+        while time.perf_counter() - started < window_s or len(samples) < 5:
+            begin = time.perf_counter()
             fn()
-            count += 1
-        return (time.perf_counter() - started) * 1000 / count
+            samples.append((time.perf_counter() - begin) * 1000)
+        return statistics.median(samples)
 
     return {"rel_l2_err": error, "correct": error < 1e-4,
             **interleave(call("approved"), call("default"), hot_ms, rounds),
