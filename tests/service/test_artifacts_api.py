@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -324,3 +325,28 @@ def test_the_migration_goes_down_and_up_again(database_url: str) -> None:
         assert tables <= set(inspect(db.engine).get_table_names())
     finally:
         db.dispose()
+
+
+@pytest.fixture
+def expiring_api(database_url: str, tmp_path: Path) -> Iterator[Api]:
+    yield from make_api(database_url, data_dir=tmp_path, lease_s=0.6, reaper_interval_s=0.2)
+
+
+def test_an_abandoned_validation_job_goes_back_to_the_queue(expiring_api: Api) -> None:
+    api = expiring_api
+    study, worker = completed_study(api)
+    member = api.token(role="member")
+    candidate = promote(api, member, study["id"], [good_trials(api, study["id"])[0]["number"]]).json()["candidates"][0]
+    first = api.lease(worker)
+    assert first is not None and first["validation"]["attempt"] == 1
+    deadline = time.monotonic() + 10
+    while (again := api.lease(worker)) is None:  # the reaper hands the job back once its lease expires
+        assert time.monotonic() < deadline, "the expired validation lease was not handed back"
+        time.sleep(0.2)
+    assert again["validation"]["job_id"] == first["validation"]["job_id"] and again["validation"]["attempt"] == 2
+    late = api.client.post(f"/v1/leases/{first['token']}/validation", headers=worker[0],
+                           json=report(first["validation"], {candidate["id"]: 0.8}))
+    assert late.status_code == 409 and late.json()["error"]["field"] == "token"
+    body = report(again["validation"], {candidate["id"]: 0.8})
+    assert api.client.post(f"/v1/leases/{again['token']}/validation", json=body, headers=worker[0]).status_code == 200
+    assert api.client.get(f"/v1/candidates/{candidate['id']}", headers=api.admin).json()["state"] == "validated"
