@@ -350,3 +350,25 @@ def test_an_abandoned_validation_job_goes_back_to_the_queue(expiring_api: Api) -
     body = report(again["validation"], {candidate["id"]: 0.8})
     assert api.client.post(f"/v1/leases/{again['token']}/validation", json=body, headers=worker[0]).status_code == 200
     assert api.client.get(f"/v1/candidates/{candidate['id']}", headers=api.admin).json()["state"] == "validated"
+
+
+def test_a_report_that_does_not_fit_its_job_is_refused_naming_the_field(api: Api) -> None:
+    study, worker = completed_study(api)
+    numbers = [t["number"] for t in good_trials(api, study["id"])[:2]]
+    candidates = promote(api, api.token(role="member"), study["id"], numbers).json()["candidates"]
+    held = api.lease(worker)
+    assert held is not None
+    spec, url = held["validation"], f"/v1/leases/{held['token']}/validation"
+    body = report(spec, {c["id"]: 0.8 for c in candidates})
+    missing = {**body, "candidates": body["candidates"][:1]}
+    r = api.client.post(url, json=missing, headers=worker[0])
+    assert r.status_code == 422 and r.json()["error"]["field"] == "candidates"
+    values = {k: v[:-1] for k, v in body["baseline"]["values"].items()}  # a round short
+    short = {**body, "baseline": {**body["baseline"], "values": values}}
+    r = api.client.post(url, json=short, headers=worker[0])
+    assert r.status_code == 422 and r.json()["error"]["field"] == "values.f1"
+    negative = {**body, "baseline": {**body["baseline"], "values": {"f1": [-1.0] * spec["rounds"]}}}
+    assert api.client.post(url, json=negative, headers=worker[0]).status_code == 422  # a time is never negative
+    assert api.client.post(url, json=body, headers=worker[0]).status_code == 200  # the lease is still live
+    assert {c["state"] for c in api.client.get(f"/v1/studies/{study['id']}/candidates", headers=api.admin).json()} \
+        == {"validated"}
