@@ -12,7 +12,8 @@ per call: a CUDA graph of calls replayed back to back), in interleaved rounds.
 
 Printed and written to OUT/artifacts_e2e.json: the validation's ratio approved/baseline with
 its confidence interval, the ratio measured in the plain process, and whether it lies within
-the interval; the absolute hot times beside the validated ones.
+the interval (and the plain process's own interval, by the same statistics, and whether the
+two overlap); the absolute hot times beside the validated ones.
 
     python3 bench/gpu/artifacts_e2e.py OUT [--trials 12] [--rounds 10]
     python bench/gpu/artifacts_e2e.py OUT --local    # the cpu backend's matmul, to test the script
@@ -292,10 +293,18 @@ class Run:
         outside = json.loads(applied.read_text())
         metric = next(m for m in detail["result"]["metrics"] if m["objective"] == "runtime_ms")
         within = metric["ci_low"] <= outside["ratio"] <= metric["ci_high"]
+        # the plain process's own ratio and interval, by the validation's statistics
+        from service.domain.validation import PairedBlock, compare
+
+        rounds = outside["rounds"]
+        mine = compare([PairedBlock(rounds["default"], rounds["approved"])], objective="runtime_ms",
+                       direction="minimize", unit="ms")
+        overlap = mine.ci_low is not None and mine.ci_low <= metric["ci_high"] and metric["ci_low"] <= mine.ci_high
         summary = {
             "kernel": builtin, "target": target, "best_trial": best, "artifact": {k: version[k] for k in (
                 "artifact_id", "version", "sha256")}, "config": version["document"]["controls"]["config"],
             "validated_runtime_ms": metric, "outside": outside, "within_interval": within,
+            "outside_interval": mine.model_dump(), "intervals_overlap": overlap,
             "pull": pull.stdout.strip(), "verify": verify.stdout.strip(), "study_id": study["id"],
             "validation": validation,
         }
@@ -305,6 +314,8 @@ class Run:
                f"{metric['candidate']:.4f} ms, baseline {metric['baseline']:.4f} ms")
         rs.log(f"plain process: approved {outside['approved_ms']:.4f} ms, baseline {outside['default_ms']:.4f} ms, "
                f"ratio {outside['ratio']:.4f}; rel error {outside['rel_l2_err']:.2e}; match: {outside['match']}")
+        rs.log(f"plain process's own ratio {mine.ratio:.4f} [{mine.ci_low or 0:.4f}, {mine.ci_high or 0:.4f}] "
+               f"({mine.rounds} rounds); the intervals overlap: {overlap}")
         rs.log(f"WITHIN the validation's interval: {within}")
         with open(self.out / "logs.txt", "w") as logs:
             for path in sorted(self.work.glob("*.log")):
