@@ -14,8 +14,9 @@ from pathlib import Path
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from service.api import accounts, ops, studies, trials, workers
+from service.api import accounts, artifacts, ops, studies, trials, workers
 from service.api.deps import AppState
+from service.artifacts import validations
 from service.config import Settings
 from service.http import BodyLimit, install_error_handlers
 from service.metrics import Metrics
@@ -69,7 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
-    for module in (studies, trials, workers, accounts, ops):
+    for module in (studies, trials, workers, artifacts, accounts, ops):
         app.include_router(module.router)
     mount_dashboard(app, Path(__file__).parent / "web" / "static")
     return app
@@ -91,6 +92,7 @@ async def _upkeep(state: AppState) -> None:
 def _expire(state: AppState) -> tuple[set[int], set[str]]:
     with state.db.write() as session:
         touched, pools = leases.expire_leases(session)
+        pools |= validations.expire(session)
     with state.db.read() as session:
         touched |= set(leases.wall_time_over(session))
     return touched, pools

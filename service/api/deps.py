@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from service.accounts.limits import FailureLimiter
 from service.accounts.principals import PrincipalCache
 from service.accounts.tokens import PREFIX_CHARS, AuthenticationFailed, Principal, authenticate, hash_token
+from service.artifacts.signing import SigningKey, load_signing_key
 from service.config import Settings
 from service.errors import TooManyRequests
 from service.metrics import Metrics
@@ -44,12 +45,19 @@ class AppState:
     principals: PrincipalCache = field(default_factory=lambda: PrincipalCache(PRINCIPAL_TTL_S))
     auth_failures: FailureLimiter = field(init=False)
     empty_queues: EmptyQueues = field(init=False)
+    _signing: SigningKey | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.auth_failures = FailureLimiter(self.settings.auth_failure_limit, self.settings.auth_failure_window_s)
         # without Redis other replicas' trials are found only by looking: every poll interval
         period = 5.0 if self.settings.redis_url else self.settings.poll_interval_s
         self.empty_queues = EmptyQueues(period)
+
+    def signing_key(self) -> SigningKey:
+        """The artifact signing key, read (or made) on first use."""
+        if self._signing is None:
+            self._signing = load_signing_key(self.settings.data_dir)
+        return self._signing
 
 
 def get_state(request: Request) -> AppState:

@@ -36,6 +36,7 @@ class PoolIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     min_isolation: IsolationLevel
+    auto_revalidate: bool = False  # re-validate artifacts at once when a worker makes them stale
 
 
 class PoolOut(BaseModel):
@@ -43,6 +44,7 @@ class PoolOut(BaseModel):
 
     name: str
     min_isolation: IsolationLevel
+    auto_revalidate: bool
     created_at: Utc
     updated_at: Utc
 
@@ -85,16 +87,17 @@ def require_isolation(session: Session, pool: str, level: str | None, *, cached:
 
 @router.put("/pools/{name}", response_model=PoolOut)
 def put_pool(name: PoolName, body: PoolIn, principal: PrincipalDep, session: WriteSession) -> PoolOut:
-    """Set the isolation level a pool requires (operator only)."""
+    """Set the isolation level a pool requires and whether it re-validates stale artifacts (operator only)."""
     if not principal.superuser:
         raise Forbidden("only the operator's admin token can set a pool's requirements")
     row = session.get(Pool, name)
     now = utcnow()
     if row is None:
-        row = Pool(name=name, min_isolation=body.min_isolation.value, created_at=now, updated_at=now)
+        row = Pool(name=name, min_isolation=body.min_isolation.value, auto_revalidate=body.auto_revalidate,
+                   created_at=now, updated_at=now)
         session.add(row)
     else:
-        row.min_isolation = body.min_isolation.value
+        row.min_isolation, row.auto_revalidate = body.min_isolation.value, body.auto_revalidate
         row.updated_at = now
     session.flush()
     with _rules_lock:

@@ -14,8 +14,9 @@ from service.api import pools
 from service.api.compat import check_worker_contract
 from service.api.deps import MAX_ID, AppState, PrincipalDep, ReadSession, StateDep, WriteSession
 from service.api.schemas import ERROR_RESPONSES, WorkerOut
+from service.artifacts import audit, catalog, validations, versions
 from service.domain.storable import storable
-from service.errors import Forbidden, Invalid, NotFound
+from service.errors import Conflict, Forbidden, Invalid, NotFound
 from service.store.db import after_commit
 from service.store.models import Study, Trial, Worker
 from service.trials import leases
@@ -53,6 +54,12 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
     session.add(worker)
     session.flush()
     state.workers.remember(worker)
+    stale = catalog.mark_stale(session, worker)
+    if stale and catalog.auto_revalidates(session, worker.pool):
+        for artifact in stale:
+            versions.revalidate(session, artifact, audit.Actor(audit.SERVICE_ACTOR, None),
+                                f"automatic: {artifact.stale_reason}", validations.DEFAULT_ROUNDS)
+        after_commit(session, lambda: state.notifier.notify(f"pool:{body.pool}"))
     return wire.RegisterResponse(worker_id=worker.id, heartbeat_s=state.settings.heartbeat_s,
                                  lease_s=state.settings.lease_s)
 
@@ -86,6 +93,9 @@ def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[w
         worker = owned_worker(session, state, principal, worker_id)
         pools.require_isolation(session, worker.pool, worker.fingerprint.get("isolation"), cached=True)
         state.workers.seen(session, worker.id)
+        job = validations.acquire(session, worker, state.settings)  # a person waits for a validation
+        if job is not None:
+            return job, worker.pool
         trial = leases.acquire(session, worker, state.settings)
         if trial is None:
             return None, worker.pool
@@ -96,8 +106,24 @@ def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[w
 def heartbeat(token: LeaseToken, body: wire.HeartbeatRequest, state: StateDep, principal: PrincipalDep,
               session: WriteSession) -> wire.HeartbeatResponse:
     principal.require_worker()
+    job = validations.held_job(session, token, principal.token_id, state.workers)
+    if job is not None:
+        return validations.heartbeat(job, body.phase, state.settings)
     trial, _ = leases.held_trial(session, token, principal.token_id, state.workers)
     return leases.heartbeat(session, trial, body.phase, state.settings)
+
+
+@router.post("/leases/{token}/validation", response_model=wire.ValidationAck)
+def validation_report(token: LeaseToken, body: wire.ValidationReport, principal: PrincipalDep,
+                      session: WriteSession, state: StateDep) -> wire.ValidationAck:
+    """A validation job's report (every round's values, correctness per shape); posting it
+    twice counts once. The last job's report settles its candidates."""
+    principal.require_worker()
+    job = validations.held_job(session, token, principal.token_id, state.workers)
+    if job is None:
+        raise Conflict("unknown validation lease: it expired and was handed to another worker, or never existed",
+                       field="token")
+    return validations.record_report(session, job, body)
 
 
 @router.post("/leases/{token}/result", response_model=wire.ResultAck)

@@ -145,6 +145,9 @@ class StudyDocument(StrictModel):
     limits: Limits = Field(default_factory=Limits)
     measure: StudyMeasure = Field(default_factory=StudyMeasure)
     reference_point: dict[ShortText, float] | None = Field(default=None, max_length=8)  # ratios to the baseline
+    # "catalog": the first trials after the baseline are the approved configurations of this
+    # kernel for the closest targets (service.artifacts.catalog.warm_start_configs)
+    warm_start: Literal["catalog"] | None = None
 
     @field_validator("objectives", mode="after")
     @classmethod

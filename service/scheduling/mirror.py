@@ -81,6 +81,8 @@ class Mirror:
         self.next_number = 0  # every trial numbered below is known
         if study.n_created == 0:
             self.optuna.enqueue_trial(doc["baseline"])
+            for config in doc.get("warm_start_configs") or []:  # approved configurations first
+                self.optuna.enqueue_trial(config)
 
     def sync(self, session: Session) -> None:
         """Learn the trials created by other replicas' steps and those finished since."""

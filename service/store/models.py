@@ -184,8 +184,147 @@ class Pool(Base):
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     min_isolation: Mapped[str] = mapped_column(String(16))  # none | user | namespaces
+    # re-validate an artifact at once when a worker of the pool makes it stale
+    auto_revalidate: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Candidate(Base):
+    """A completed, feasible trial promoted towards an artifact (service.artifacts)."""
+
+    __tablename__ = "candidates"
+    __table_args__ = (Index("ix_candidates_study", "study_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    trial_id: Mapped[int] = mapped_column(BigId, ForeignKey("trials.id", ondelete="CASCADE"))
+    trial_number: Mapped[int] = mapped_column(Integer)
+    config: Mapped[dict[str, Any]] = mapped_column()
+    note: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(16))  # service.domain.artifact_states.CandidateState
+    promoted_by: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), nullable=True)  # None: the service
+    promoted_by_name: Mapped[str] = mapped_column(String(200))
+    validation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # its latest validation
+    artifact_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # a re-validation's artifact
+    version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the version its approval made
+    decided_by_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # a rejection's why
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Validation(Base):
+    """Candidates and the baseline re-measured interleaved, in one or more jobs."""
+
+    __tablename__ = "validations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"), index=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    pool: Mapped[str] = mapped_column(String(100))
+    state: Mapped[str] = mapped_column(String(16))  # queued | running | completed | failed
+    candidate_ids: Mapped[list[Any]] = mapped_column()
+    baseline: Mapped[dict[str, Any]] = mapped_column()  # the baseline configuration
+    rounds: Mapped[int] = mapped_column(Integer)  # over all jobs
+    jobs: Mapped[int] = mapped_column(Integer)
+    # per candidate id: correct, correctness per shape, metrics (ratio, interval, significance)
+    results: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    target: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    fingerprints: Mapped[list[Any] | None] = mapped_column(Json, nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    requested_by_name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class ValidationJob(Base):
+    """One block of a validation's rounds: leased through the same queue as trials."""
+
+    __tablename__ = "validation_jobs"
+    __table_args__ = (Index("ix_validation_jobs_queue", "pool", "state", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    validation_id: Mapped[int] = mapped_column(ForeignKey("validations.id", ondelete="CASCADE"), index=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    pool: Mapped[str] = mapped_column(String(100))
+    backend: Mapped[str] = mapped_column(String(32))
+    requires_energy: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(16))  # queued | running | completed | failed
+    spec: Mapped[dict[str, Any]] = mapped_column()  # the wire ValidationSpec, less attempt
+    rounds: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    lease_token: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    phase: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id"), nullable=True)
+    report: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # raw samples included
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Artifact(Base):
+    """A kernel on one target (device and toolchain): its versions share it."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("team_id", "kernel", "target_key", name="uq_artifacts_kernel_target"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    kernel: Mapped[str] = mapped_column(String(200), index=True)
+    backend: Mapped[str] = mapped_column(String(32))
+    pool: Mapped[str] = mapped_column(String(100))
+    target: Mapped[dict[str, Any]] = mapped_column()
+    target_key: Mapped[str] = mapped_column(String(64))  # sha256 of the target's canonical JSON
+    gpu: Mapped[str | None] = mapped_column(String(200), nullable=True)  # the device, for searching
+    current_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stale: Mapped[bool] = mapped_column(Boolean, default=False)
+    stale_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ArtifactVersion(Base):
+    """One approved, signed version. `file`, `document`, `sha256` and `signature` never
+    change after insertion: a database trigger refuses it (migration 0006)."""
+
+    __tablename__ = "artifact_versions"
+    __table_args__ = (UniqueConstraint("artifact_id", "version", name="uq_artifact_versions_version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    candidate_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    validation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    document: Mapped[dict[str, Any]] = mapped_column()
+    file: Mapped[str] = mapped_column(Text)  # the signed file, verbatim
+    sha256: Mapped[str] = mapped_column(String(64))
+    signature: Mapped[dict[str, Any]] = mapped_column()
+    state: Mapped[str] = mapped_column(String(16))  # current | superseded | revoked | rejected
+    stale: Mapped[bool] = mapped_column(Boolean, default=False)
+    approved_by_name: Mapped[str] = mapped_column(String(200))
+    approved_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AuditEntry(Base):
+    """Who did what to which candidate, validation or artifact, when and why."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_team_id", "team_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    actor: Mapped[str] = mapped_column(String(200))  # a token's name, or "service"
+    actor_token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    action: Mapped[str] = mapped_column(String(32))
+    subject_type: Mapped[str] = mapped_column(String(16))  # candidate | validation | artifact
+    subject_id: Mapped[int] = mapped_column(Integer)
+    why: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
 class Counter(Base):

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fake_worker
 import httpx
 import hypothesis
 import pytest
 import schemathesis
+from artifact_reports import report
 from conftest import study_doc
 from helpers import LiveService, start_service
 from hypothesis import HealthCheck, Phase, given, settings
@@ -75,10 +77,33 @@ def target(database_url: str, tmp_path: Path) -> Iterator[Target]:
                 "name": "fuzz", "pool": pool, "fingerprint": {"backends": ["python"]}})
                 for h, pool in ((worker, "default"), (live_worker, LIVE_POOL))]
             assert all(r.status_code == 201 for r in registered), [r.text for r in registered]
+            approver = {"Authorization": f"Bearer {service.make_user_token('approver')}"}
+            _approved_artifact(client, admin, worker, registered[0].json()["worker_id"], approver)
             ids = {t["id"] for t in client.get("/v1/tokens", headers=admin).json()}
         yield Target(service, admin, worker, live_worker, registered[1].json()["worker_id"], ids)
     finally:
         service.stop()
+
+
+def _approved_artifact(client: httpx.Client, admin: dict[str, str], worker: dict[str, str], worker_id: int,
+                       approver: dict[str, str]) -> None:
+    """Study 1 run to its end, one of its trials promoted (candidate 1, validation 1) and
+    approved (artifact 1, version 1), so that the ids the fuzzer tries first exist."""
+    deadline = time.monotonic() + 60
+    with httpx.Client(base_url=client.base_url, timeout=30, headers=worker) as agent:
+        while client.get("/v1/studies/1", headers=admin).json()["state"] != "completed":
+            assert time.monotonic() < deadline, "study 1 did not complete"
+            fake_worker.run(agent, worker_id, wait_s=0.5)
+    trials = client.get("/v1/studies/1/trials", params={"state": "completed"}, headers=admin).json()["items"]
+    number = next(t["number"] for t in trials if not t["is_baseline"])
+    r = client.post("/v1/studies/1/candidates", json={"trials": [number], "rounds": 4}, headers=admin)
+    assert r.status_code == 201, r.text
+    held = client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 5}, headers=worker).json()
+    spec = held["validation"]
+    body = report(spec, {c["candidate_id"]: 0.8 for c in spec["candidates"]})
+    assert client.post(f"/v1/leases/{held['token']}/validation", json=body, headers=worker).status_code == 200
+    r = client.post(f"/v1/candidates/{r.json()['candidates'][0]['id']}/approve", headers=approver)
+    assert r.status_code == 201, r.text
 
 
 def _check(target: Target, case: Any, response: Any, elapsed: float, label: str) -> None:

@@ -15,11 +15,13 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from artifact_steps import good_trials, promote, report
 from conftest import Api, make_api, study_doc
+from fake_worker import result_for
 
 ROLES = ("viewer", "member", "approver", "admin")
 RANK = {role: i for i, role in enumerate(ROLES)}
@@ -53,11 +55,40 @@ RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("POST", "/v1/tokens"): ("admin", "ids"),
     ("POST", "/v1/tokens/{token_id}/rotate"): ("admin", "ids"),
     ("DELETE", "/v1/tokens/{token_id}"): ("admin", "ids"),
+    ("POST", "/v1/studies/{study_id}/candidates"): ("member", "ids"),
+    ("GET", "/v1/studies/{study_id}/candidates"): ("viewer", "ids"),
+    ("GET", "/v1/candidates/{candidate_id}"): ("viewer", "ids"),
+    ("POST", "/v1/candidates/{candidate_id}/approve"): ("approver", "ids"),
+    ("POST", "/v1/candidates/{candidate_id}/reject"): ("approver", "ids"),
+    ("GET", "/v1/validations/{validation_id}"): ("viewer", "ids"),
+    ("POST", "/v1/leases/{token}/validation"): ("worker", "ids"),
+    ("GET", "/v1/artifacts"): ("viewer", "list"),
+    ("GET", "/v1/artifacts/public-key"): ("public", "none"),  # builds verify offline against it
+    ("GET", "/v1/artifacts/resolve"): ("viewer", "ids"),  # names a kernel on a device of one team's
+    ("GET", "/v1/artifacts/{artifact_id}"): ("viewer", "ids"),
+    ("GET", "/v1/artifacts/{artifact_id}/versions/{version}"): ("viewer", "ids"),
+    ("PUT", "/v1/artifacts/{artifact_id}/versions/{version}"): ("member", "ids"),  # always 409: immutable
+    ("PATCH", "/v1/artifacts/{artifact_id}/versions/{version}"): ("member", "ids"),
+    ("GET", "/v1/artifacts/{artifact_id}/versions/{version}/file"): ("viewer", "ids"),
+    ("POST", "/v1/artifacts/{artifact_id}/rollback"): ("approver", "ids"),
+    ("POST", "/v1/artifacts/{artifact_id}/versions/{version}/revoke"): ("approver", "ids"),
+    ("POST", "/v1/artifacts/{artifact_id}/revalidate"): ("approver", "ids"),
+    ("GET", "/v1/audit"): ("viewer", "list"),
     ("GET", "/healthz"): ("public", "none"),
     ("GET", "/metrics"): ("public", "none"),
 }
 QUERIES = {"/v1/studies/{study_id}/events": {"follow": "false"}}
 STUDY_ACTIONS = ("/pause", "/resume", "/cancel")
+# a state conflict is an answer of the caller's own team's objects here (an approved candidate
+# approved again, an approved version edited, a baseline promoted)
+CONFLICT_OK = {
+    ("POST", "/v1/studies/{study_id}/candidates"),
+    ("POST", "/v1/candidates/{candidate_id}/approve"),
+    ("POST", "/v1/candidates/{candidate_id}/reject"),
+    ("PUT", "/v1/artifacts/{artifact_id}/versions/{version}"),
+    ("PATCH", "/v1/artifacts/{artifact_id}/versions/{version}"),
+    ("POST", "/v1/artifacts/{artifact_id}/rollback"),
+}
 
 
 @dataclass
@@ -68,6 +99,7 @@ class Team:
     token_ids: dict[str, int]
     study_id: int
     worker_id: int
+    art: dict[str, Any] = field(default_factory=dict)  # its artifact study, candidate, artifact
 
     def headers(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[role]}"}
@@ -98,12 +130,73 @@ class Matrix:
             assert r.status_code == 201, r.text
             tokens[role], ids[role] = r.json()["token"], r.json()["id"]
         team = Team(name, f"{name}-pool", tokens, ids, 0, 0)
-        team.study_id = self.new_study(team)
         r = api.client.post("/v1/workers/register", headers=team.headers("worker"),
                             json={"name": f"{name}-w", "pool": team.pool, "fingerprint": {"backends": ["python"]}})
         assert r.status_code == 201, r.text
         team.worker_id = r.json()["worker_id"]
+        team.art = self._artifact(team)
+        team.study_id = self.new_study(team)
         return team
+
+    def _artifact(self, team: Team) -> dict[str, Any]:
+        """An approved artifact of the team: a small study of its pool run to its end by its
+        worker, a candidate validated by it (scripted), on a device of the team's own so that
+        a resolve names one team's."""
+        api, worker = self.api, self.worker(team)
+        r = api.client.post("/v1/studies", headers=team.headers("admin"),
+                            json=study_doc(pool=team.pool, budget={"max_trials": 6}, parallelism=2))
+        study_id = int(r.json()["id"])
+        api.quiesce()
+        api.run_worker(worker, result_for)
+        number = good_trials(api, study_id, team.headers("viewer"))[0]["number"]
+        art = {"study_id": study_id, "device": self.target(team)["cpu"], "number": number}
+        candidate = promote(api, team.tokens["member"], study_id, [number]).json()["candidates"][0]
+        self.report_validations(team)
+        r = api.client.post(f"/v1/candidates/{candidate['id']}/approve", headers=team.headers("approver"))
+        assert r.status_code == 201, r.text
+        art.update(candidate_id=candidate["id"], validation_id=candidate["validation_id"],
+                   artifact_id=r.json()["artifact_id"])
+        return art
+
+    def worker(self, team: Team) -> tuple[dict[str, str], int]:
+        return team.headers("worker"), team.worker_id
+
+    def target(self, team: Team) -> dict[str, str]:
+        return {"cpu": f"{team.name} CPU", "machine": "x86_64", "cc": "gcc 12.2.0"}
+
+    def report_validations(self, team: Team) -> str | None:
+        """Report the queued validation jobs of the team's pool (they are leased first); the
+        token of the first trial leased after them, if any."""
+        while True:
+            held = self.api.lease(self.worker(team))
+            if held is None or held.get("trial"):
+                return None if held is None else str(held["token"])
+            body = report(held["validation"], {c["candidate_id"]: 0.9 for c in held["validation"]["candidates"]},
+                          target=self.target(team))
+            r = self.api.client.post(f"/v1/leases/{held['token']}/validation", json=body,
+                                     headers=team.headers("worker"))
+            assert r.status_code == 200, r.text
+
+    def fresh_version(self, team: Team) -> int:
+        """A new current version of the team's artifact (the one before it superseded)."""
+        api, art = self.api, team.art
+        candidate = promote(api, team.tokens["member"], art["study_id"], [art["number"]]).json()["candidates"][0]
+        leased = self.report_validations(team)
+        if leased is not None:  # a trial of the team's study: give it back as failed
+            api.post_result(self.worker(team), leased, {"status": "failed", "failure_reason": "crash"})
+        r = api.client.post(f"/v1/candidates/{candidate['id']}/approve", headers=team.headers("approver"))
+        assert r.status_code == 201, r.text
+        return int(r.json()["version"])
+
+    def fresh_validation_lease(self, team: Team) -> tuple[str, dict[str, Any]]:
+        """A validation job that the team's worker holds now, and its spec."""
+        api, art = self.api, team.art
+        r = api.client.post(f"/v1/artifacts/{art['artifact_id']}/revalidate", json={"rounds": 2},
+                            headers=team.headers("approver"))
+        assert r.status_code == 201, r.text
+        held = api.lease(self.worker(team))
+        assert held is not None and held["validation"] is not None
+        return str(held["token"]), held["validation"]
 
     def new_study(self, team: Team) -> int:
         r = self.api.client.post("/v1/studies", headers=team.headers("admin"), json=study_doc(
@@ -112,12 +205,12 @@ class Matrix:
         return int(r.json()["id"])
 
     def fresh_lease(self, team: Team) -> str:
-        """A lease that the team's worker holds now (a new study when its pool ran dry)."""
+        """A lease of a trial that the team's worker holds now (a new study when its pool ran
+        dry; validation jobs queued before it are reported first)."""
         for _ in range(3):
-            r = self.api.client.post("/v1/leases", json={"worker_id": team.worker_id, "wait_s": 0},
-                                     headers=team.headers("worker"))
-            if r.status_code == 200:
-                return str(r.json()["token"])
+            token = self.report_validations(team)
+            if token is not None:
+                return token
             self.new_study(team)
             self.api.quiesce()
         raise AssertionError(f"no trial to lease in pool {team.pool}")
@@ -130,11 +223,20 @@ class Matrix:
     def request(self, method: str, path: str, target: Team, caller: Caller) -> dict[str, Any]:
         """The arguments of a call of operation (method, path) naming `target`'s objects
         (a study is created in the caller's own pool: pools are shared, not a team's)."""
-        values: dict[str, Any] = {"study_id": target.study_id, "number": 0, "name": target.pool}
+        art = target.art
+        values: dict[str, Any] = {"study_id": target.study_id, "number": 0, "name": target.pool,
+                                  "candidate_id": art["candidate_id"], "validation_id": art["validation_id"],
+                                  "artifact_id": art["artifact_id"], "version": 1}
         if "{token_id}" in path:
             values["token_id"] = self.fresh_token_id(target)
-        if "{token}" in path:
+        spec: dict[str, Any] = {}
+        if path == "/v1/leases/{token}/validation":
+            values["token"], spec = self.fresh_validation_lease(target)
+        elif "{token}" in path:
             values["token"] = self.fresh_lease(target)
+        if path.endswith("/revoke"):  # revoke a superseded version: the artifact keeps a current one
+            values["version"] = self.fresh_version(target)
+            self.fresh_version(target)
         bodies: dict[str, Any] = {
             "/v1/studies": study_doc(pool=self.teams[caller.team].pool if caller.team else "default"),
             "/v1/workers/register": {"name": "m", "pool": target.pool, "fingerprint": {"backends": ["python"]}},
@@ -145,8 +247,21 @@ class Matrix:
             "/v1/tokens": {"name": "m", "role": "viewer", "team": target.name},
             "/v1/tokens/{token_id}/rotate": {"grace_s": 0},
             "/v1/pools/{name}": {"min_isolation": "none"},
+            "/v1/studies/{study_id}/candidates": {"trials": [0], "note": "matrix"},
+            "/v1/candidates/{candidate_id}/approve": {"why": "matrix"},
+            "/v1/candidates/{candidate_id}/reject": {"why": "matrix"},
+            "/v1/artifacts/{artifact_id}/versions/{version}": {"document": {}},
+            "/v1/artifacts/{artifact_id}/rollback": {"version": 1, "why": "matrix"},
+            "/v1/artifacts/{artifact_id}/versions/{version}/revoke": {"why": "matrix"},
+            "/v1/artifacts/{artifact_id}/revalidate": {"rounds": 2},
         }
-        return {"method": method, "url": path.format(**values), "params": QUERIES.get(path), "path": path,
+        if spec:
+            bodies[path] = report(spec, {c["candidate_id"]: 0.9 for c in spec["candidates"]},
+                                  target=self.target(target))
+        params = QUERIES.get(path)
+        if path == "/v1/artifacts/resolve":
+            params = {"kernel": "zdt", "gpu": art["device"]}
+        return {"method": method, "url": path.format(**values), "params": params, "path": path,
                 "json": bodies.get(path) if method != "GET" and path in bodies else None}
 
     def snapshot(self, team: Team) -> Any:
@@ -169,7 +284,8 @@ class Matrix:
 
     def foreign_ids(self, team: Team) -> set[str]:
         """Markers of `team`'s data in an answer."""
-        return {f'"pool":"{team.pool}"', f'"team":"{team.name}"', f'"name":"{team.name}"', f'"name":"{team.name}-w"'}
+        return {f'"pool":"{team.pool}"', f'"team":"{team.name}"', f'"name":"{team.name}"', f'"name":"{team.name}-w"',
+                f'"cpu":"{team.name} CPU"'}
 
 
 @pytest.fixture
@@ -269,7 +385,7 @@ def judge(m: Matrix, caller: Caller, target: Team, call: dict[str, Any], rule: s
     if not allowed(rule, caller):
         return None if status == 403 else f"{status}, expected 403 (role {caller.role}): {r.text[:200]}"
     if same or scope == "none":
-        ok = status < 300 or (status == 409 and path.endswith(STUDY_ACTIONS))
+        ok = status < 300 or (status == 409 and (path.endswith(STUDY_ACTIONS) or (method, path) in CONFLICT_OK))
         if scope == "none" and method == "POST" and path == "/v1/studies" and ok:
             mine = m.api.client.get(f"/v1/studies/{r.json()['id']}", headers=caller.headers)
             return None if mine.status_code == 200 else "created a study its own team cannot see"

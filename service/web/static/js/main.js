@@ -2,6 +2,7 @@
 
 import { auth, get } from "./api.js";
 import { navigate, route, start } from "./router.js";
+import { artifactView, artifactsView } from "./views/artifacts.js";
 import { loginView } from "./views/login.js";
 import { shell } from "./views/shell.js";
 import { studiesView } from "./views/studies.js";
@@ -13,6 +14,8 @@ route("/ui/", studiesView);
 route("/ui/studies", studiesView);
 route("/ui/studies/:id", studyView);
 route("/ui/studies/:id/trials/:number", trialView);
+route("/ui/artifacts", artifactsView);
+route("/ui/artifacts/:id", artifactView);
 
 const app = document.getElementById("app");
 let cleanup = null;

@@ -41,7 +41,8 @@ export function shell(root, mePromise) {
   const main = h("main", { id: "main" });
   replace(root,
     h("header", { class: "topbar" },
-      h("div", { class: "topbar-inner" }, brand(), crumbs, h("div", { class: "spacer" }), user, themeButton, signOut)),
+      h("div", { class: "topbar-inner" }, brand(), crumbs, h("div", { class: "spacer" }),
+        h("a", { href: "/ui/artifacts", class: "btn btn-ghost", id: "nav-artifacts" }, "Artifacts"), user, themeButton, signOut)),
     main);
   mePromise.then((me) => {
     replace(user,

@@ -1,0 +1,323 @@
+"""Validations: candidates and the baseline re-measured interleaved on the study's pool.
+
+A validation is one or more jobs (wire.ValidationSpec, each a block of the rounds), queued
+in the validation_jobs table and leased through the same long-poll as trials: a worker of
+the pool that runs the study's backend takes the oldest queued job. With several live
+workers in the pool, the rounds are split into as many jobs (at most MAX_JOBS, each of at
+least MIN_ROUNDS_PER_JOB rounds), so that several GPUs of the model measure at once; the
+statistics remove each job's mean (service.domain.validation), so a faster GPU cannot widen
+the intervals. Leases have a token and an expiry like trials'; an expired one goes back
+to the queue until its attempts run out.
+
+When the last job has reported, each candidate is judged in the same transaction: correct
+on every extended shape in every job and measured in every round -> validated, with each
+objective's ratio to the baseline, its interval and significance; otherwise failed (it
+cannot be approved). The reports, with every round's raw values, stay on the job rows.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from service.artifacts import audit
+from service.config import Settings
+from service.domain.artifact_states import (
+    JOB_FINISHED,
+    CandidateState,
+    JobState,
+    ValidationState,
+    check_candidate,
+    check_job,
+)
+from service.domain.storable import storable, storable_text
+from service.domain.validation import compare_reports
+from service.errors import Conflict, Invalid
+from service.store.db import is_postgres
+from service.store.models import Candidate, Study, Trial, Validation, ValidationJob, Worker, as_utc, utcnow
+from service.trials.workers import WorkerDirectory, WorkerInfo
+from workers import contract as wire
+
+DEFAULT_ROUNDS = 20
+MAX_JOBS = 8
+MIN_ROUNDS_PER_JOB = 2
+LIVE_WORKER_S = 600.0  # a worker seen this recently counts as available for a job
+MAX_RUN_TIMEOUT_S = 86_400.0
+
+
+def split_rounds(rounds: int, workers: int) -> list[int]:
+    """The rounds of each job: as many jobs as workers (at most MAX_JOBS), none below
+    MIN_ROUNDS_PER_JOB rounds; the first jobs take the remainder."""
+    jobs = max(1, min(workers, MAX_JOBS, rounds // MIN_ROUNDS_PER_JOB))
+    base, extra = divmod(rounds, jobs)
+    return [base + (1 if i < extra else 0) for i in range(jobs)]
+
+
+def live_workers(session: Session, pool: str, backend: str) -> int:
+    """Distinct workers of `pool` that run `backend` and called lately."""
+    since = utcnow() - timedelta(seconds=LIVE_WORKER_S)
+    rows = session.execute(
+        select(Worker.name, Worker.backends).where(Worker.pool == pool, Worker.last_seen_at >= since)
+    ).all()
+    return len({name for name, backends in rows if backend in (backends or [])})
+
+
+def baseline_config(session: Session, study: Study) -> dict[str, Any]:
+    row = session.execute(
+        select(Trial.config).where(Trial.study_id == study.id, Trial.is_baseline.is_(True)).limit(1)
+    ).scalar_one_or_none()
+    return dict(row) if row is not None else dict(study.document["baseline"])
+
+
+def start(session: Session, study: Study, candidates: list[Candidate], *, rounds: int, requested_by: str) -> Validation:
+    """A validation of `candidates` (flushed, with ids) against the study's baseline: its jobs queued."""
+    doc = study.document
+    kernel = wire.KernelSpec.model_validate(doc["kernel"])
+    measure = {k: v for k, v in doc["measure"].items() if k not in ("screen", "promote")}
+    blocks = split_rounds(rounds, live_workers(session, study.pool, study.backend))
+    validation = Validation(
+        study_id=study.id, team_id=study.team_id, pool=study.pool, state=ValidationState.QUEUED.value,
+        candidate_ids=[c.id for c in candidates], baseline=baseline_config(session, study), rounds=rounds,
+        jobs=len(blocks), requested_by_name=requested_by,
+    )
+    session.add(validation)
+    session.flush()
+    configs = 1 + len(candidates)
+    limits = doc["limits"]
+    for block in blocks:
+        spec = wire.ValidationSpec(
+            validation_id=validation.id, job_id=0, study_id=study.id, kernel=kernel, baseline=validation.baseline,
+            candidates=[wire.ValidationCandidate(candidate_id=c.id, config=c.config) for c in candidates],
+            objectives=[o["name"] for o in study.objectives], rounds=block,
+            measure=wire.MeasureSettings.model_validate(measure),
+            compile_timeout_s=limits["compile_timeout_s"],
+            run_timeout_s=min(MAX_RUN_TIMEOUT_S, limits["run_timeout_s"] * configs * (block + 1)),
+        )
+        session.add(ValidationJob(
+            validation_id=validation.id, study_id=study.id, pool=study.pool, backend=study.backend,
+            requires_energy=study.requires_energy, state=JobState.QUEUED.value,
+            spec=spec.model_dump(mode="json", exclude={"job_id", "attempt"}), rounds=block,
+            max_attempts=limits["max_attempts"],
+        ))
+    for candidate in candidates:
+        candidate.validation_id = validation.id
+    session.flush()
+    return validation
+
+
+# -- the lease queue -------------------------------------------------------------------------
+
+
+def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> wire.Lease | None:
+    """Lease the oldest queued validation job of the worker's pool that it can run."""
+    stmt = (select(ValidationJob)
+            .where(ValidationJob.pool == worker.pool, ValidationJob.state == JobState.QUEUED.value,
+                   ValidationJob.backend.in_(worker.backends))
+            .order_by(ValidationJob.id).limit(1))
+    if not worker.energy:
+        stmt = stmt.where(ValidationJob.requires_energy.is_(False))
+    if is_postgres(session):
+        stmt = stmt.with_for_update(skip_locked=True)
+    job = session.execute(stmt).scalar_one_or_none()
+    if job is None:
+        return None
+    check_job(job.state, JobState.RUNNING)
+    now = utcnow()
+    job.state, job.attempt, job.worker_id, job.phase = JobState.RUNNING.value, job.attempt + 1, worker.id, "leased"
+    job.lease_token, job.lease_expires_at = secrets.token_urlsafe(32), now + timedelta(seconds=settings.lease_s)
+    session.execute(update(Validation).where(Validation.id == job.validation_id,
+                                             Validation.state == ValidationState.QUEUED.value)
+                    .values(state=ValidationState.RUNNING.value))
+    session.flush()
+    spec = wire.ValidationSpec.model_validate({**job.spec, "job_id": job.id, "attempt": job.attempt})
+    return wire.Lease(token=job.lease_token, expires_at=as_utc(job.lease_expires_at), lease_s=settings.lease_s,
+                      heartbeat_s=settings.heartbeat_s, validation=spec)
+
+
+def held_job(session: Session, token: str, token_id: int, workers: WorkerDirectory) -> ValidationJob | None:
+    """The validation job of a lease token (locked on Postgres); None when the token is no
+    validation lease; a 409 when it is held under another worker token."""
+    stmt = select(ValidationJob).where(ValidationJob.lease_token == token)
+    if is_postgres(session):
+        stmt = stmt.with_for_update()
+    job = session.execute(stmt).scalar_one_or_none()
+    if job is None:
+        return None
+    worker = workers.get(session, job.worker_id) if job.worker_id else None
+    if worker is None or worker.token_id != token_id:
+        raise Conflict("unknown lease: it expired and was handed to another worker, or never existed",
+                       field="token")
+    return job
+
+
+def _live(job: ValidationJob) -> bool:
+    expires = job.lease_expires_at and as_utc(job.lease_expires_at)
+    return job.state == JobState.RUNNING and expires is not None and expires >= utcnow()
+
+
+def heartbeat(job: ValidationJob, phase: str | None, settings: Settings) -> wire.HeartbeatResponse:
+    if not _live(job):
+        raise Conflict("the lease has expired; drop this validation job", field="token")
+    job.lease_expires_at = utcnow() + timedelta(seconds=settings.lease_s)
+    if phase:
+        job.phase = storable_text(phase[:32])
+    return wire.HeartbeatResponse(expires_at=job.lease_expires_at, cancel=False)
+
+
+def record_report(session: Session, job: ValidationJob, report: wire.ValidationReport) -> wire.ValidationAck:
+    """Store a job's report (idempotent per lease token) and judge the validation once its
+    last job has reported."""
+    if JobState(job.state) in JOB_FINISHED:
+        return wire.ValidationAck(validation_id=job.validation_id, job_id=job.id, state=job.state, duplicate=True)
+    if not _live(job):
+        raise Conflict("the lease has expired; the validation job was handed back to the queue", field="token")
+    _check_report(job, report)
+    new = JobState.COMPLETED if report.status == "completed" else JobState.FAILED
+    check_job(job.state, new)
+    job.state, job.phase, job.finished_at = new.value, None, utcnow()
+    job.report = storable(report.model_dump(mode="json"))
+    job.message = storable_text(report.message[:10_000])
+    session.flush()
+    finish_if_done(session, job.validation_id)
+    return wire.ValidationAck(validation_id=job.validation_id, job_id=job.id, state=new.value)
+
+
+def _check_report(job: ValidationJob, report: wire.ValidationReport) -> None:
+    expected = sorted(c["candidate_id"] for c in job.spec["candidates"])
+    got = sorted(c.candidate_id for c in report.candidates if c.candidate_id is not None)
+    if report.status == "completed" and got != expected:
+        raise Invalid(f"the report must carry an outcome for each candidate of the job {expected}, got {got}",
+                      field="candidates")
+    if report.baseline.candidate_id is not None:
+        raise Invalid("the baseline's outcome has candidate_id null", field="baseline.candidate_id")
+    if report.status == "completed":
+        for outcome in [report.baseline, *report.candidates]:
+            if outcome.status != "ok":
+                continue
+            for name in job.spec["objectives"]:
+                if len(outcome.values.get(name, [])) != report.rounds:
+                    who = "baseline" if outcome.candidate_id is None else f"candidate {outcome.candidate_id}"
+                    raise Invalid(f"{who}: {name} needs one value per round ({report.rounds})",
+                                  field=f"values.{name}")
+
+
+def expire(session: Session, limit: int = 100) -> set[str]:
+    """Expired validation leases back to the queue (or failed after their last attempt);
+    returns the pools that got jobs back."""
+    stmt = (select(ValidationJob)
+            .where(ValidationJob.state == JobState.RUNNING.value, ValidationJob.lease_expires_at < utcnow())
+            .order_by(ValidationJob.id).limit(limit))
+    if is_postgres(session):
+        stmt = stmt.with_for_update(skip_locked=True)
+    pools: set[str] = set()
+    for job in session.execute(stmt).scalars().all():
+        job.lease_token, job.lease_expires_at, job.worker_id, job.phase = None, None, None, None
+        if job.attempt < job.max_attempts:
+            job.state = check_job(job.state, JobState.QUEUED).value
+            pools.add(job.pool)
+        else:
+            job.state = check_job(job.state, JobState.FAILED).value
+            job.finished_at = utcnow()
+            job.message = f"lease expired {job.attempt} times; no worker finished this validation job"
+            session.flush()
+            finish_if_done(session, job.validation_id)
+    return pools
+
+
+# -- judging ---------------------------------------------------------------------------------
+
+
+def finish_if_done(session: Session, validation_id: int) -> Validation | None:
+    stmt = select(Validation).where(Validation.id == validation_id).execution_options(populate_existing=True)
+    if is_postgres(session):
+        stmt = stmt.with_for_update()
+    validation = session.execute(stmt).scalar_one()
+    if validation.state in (ValidationState.COMPLETED, ValidationState.FAILED):
+        return None
+    jobs = list(session.execute(select(ValidationJob).where(ValidationJob.validation_id == validation_id)
+                                .order_by(ValidationJob.id)).scalars())
+    if not all(JobState(j.state) in JOB_FINISHED for j in jobs):
+        return None
+    judge(session, validation, jobs)
+    return validation
+
+
+def judge(session: Session, validation: Validation, jobs: list[ValidationJob]) -> None:
+    """Every candidate's verdict from the completed jobs' reports."""
+    reports = [wire.ValidationReport.model_validate(j.report) for j in jobs
+               if j.state == JobState.COMPLETED and j.report is not None]
+    study = session.get(Study, validation.study_id)
+    assert study is not None
+    objectives = [(o["name"], o["direction"]) for o in study.objectives]
+    confidence = float(study.document["measure"].get("confidence", 0.95))
+    results: dict[str, Any] = {}
+    candidates = {c.id: c for c in session.execute(
+        select(Candidate).where(Candidate.id.in_(validation.candidate_ids))).scalars()}
+    for candidate_id in validation.candidate_ids:
+        result = _verdict(reports, candidate_id, objectives, confidence)
+        results[str(candidate_id)] = result
+        candidate = candidates.get(candidate_id)
+        if candidate is None or candidate.state != CandidateState.VALIDATING:
+            continue  # rejected meanwhile
+        new = CandidateState.VALIDATED if result["passed"] else CandidateState.FAILED
+        candidate.state = check_candidate(candidate.state, new).value
+        candidate.updated_at = utcnow()
+        action = "validated" if result["passed"] else "validation_failed"
+        audit.record(session, validation.team_id, audit.Actor(audit.SERVICE_ACTOR, None), action, "candidate",
+                     candidate_id, result["message"], validation_id=validation.id)
+    failed_jobs = [j for j in jobs if j.state == JobState.FAILED]
+    validation.results = storable(results)
+    validation.state = (ValidationState.COMPLETED if reports else ValidationState.FAILED).value
+    validation.message = "; ".join(f"job {j.id}: {j.message}" for j in failed_jobs)[:10_000] or None
+    first = next((r for r in reports if r.target is not None), None)
+    validation.target = first.target.model_dump(mode="json") if first and first.target else None
+    prints = [r.fingerprint.model_dump(mode="json") for r in reports if r.fingerprint is not None]
+    validation.fingerprints = storable(prints)
+    validation.finished_at = utcnow()
+
+
+def _verdict(reports: list[wire.ValidationReport], candidate_id: int, objectives: list[tuple[str, Any]],
+             confidence: float) -> dict[str, Any]:
+    outcomes = [o for r in reports for o in r.candidates if o.candidate_id == candidate_id]
+    shapes: list[dict[str, Any]] = []
+    for outcome in outcomes:
+        shapes += [s.model_dump(mode="json") for s in outcome.correctness if s.model_dump(mode="json") not in shapes]
+    result: dict[str, Any] = {"passed": False, "correct": None, "message": "", "correctness": shapes,
+                              "metrics": [], "jobs": len(outcomes)}
+    if not outcomes:
+        result["message"] = "no validation job completed: nothing was measured"
+        return result
+    wrong = [o for o in outcomes if o.correct is False]
+    result["correct"] = not wrong and all(o.correct for o in outcomes)
+    if wrong:
+        result["message"] = f"wrong result: {wrong[0].message}"[:2000]
+        return result
+    failed = [o for o in outcomes if o.status != "ok"]
+    if failed:
+        reason = failed[0].failure_reason.value if failed[0].failure_reason else "failed"
+        result["message"] = f"{reason}: {failed[0].message}"[:2000]
+        return result
+    metrics = compare_reports(reports, candidate_id, objectives, confidence)
+    result["metrics"] = [m.model_dump(mode="json") for m in metrics]
+    if any(m.rounds == 0 for m in metrics):
+        result["message"] = "no usable round of " + ", ".join(m.objective for m in metrics if m.rounds == 0)
+        return result
+    result["passed"] = True
+    result["message"] = "; ".join(
+        f"{m.objective} x{_short(m.ratio)} [{_short(m.ci_low)}, {_short(m.ci_high)}] {m.verdict}" for m in metrics)
+    return result
+
+
+def _short(value: float | None) -> str:
+    return "?" if value is None or not math.isfinite(value) else f"{value:.4g}"
+
+
+def job_counts(session: Session, validation_id: int) -> dict[str, int]:
+    rows = session.execute(select(ValidationJob.state, func.count()).where(
+        ValidationJob.validation_id == validation_id).group_by(ValidationJob.state)).all()
+    return {state: int(count) for state, count in rows}
