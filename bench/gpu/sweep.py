@@ -58,7 +58,9 @@ class Harness:
     ) -> None:
         self.known_failures = known_failures or {}
         self.backend = get_backend(backend_name)
-        self.spec = KernelSpec(backend=backend_name, builtin=builtin)
+        # the compiler, not the resource model, decides what cannot launch: the sweep is what
+        # the model is checked against (tests/workers/test_resources.py)
+        self.spec = KernelSpec(backend=backend_name, builtin=builtin, options={"resource_model": False})
         self.cache = cache
         self.settings = settings
 

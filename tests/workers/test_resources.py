@@ -30,7 +30,7 @@ from workers.measure.gpu_limits import limits_from_properties
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 H200 = KNOWN_LIMITS["9.0"]
-REQUIRED = re.compile(r"OutOfResources: out of resource: shared memory, Required: (\d+), Hardware limit: (\d+)")
+REQUIRED = re.compile(r"out of resource: shared memory, Required: (\d+), Hardware limit: (\d+)")
 KERNELS = {"gemm": ("triton", "gemm_bf16"), "attention": ("triton", "attention_fwd"), "rmsnorm": ("cuda", "rmsnorm")}
 
 
@@ -40,8 +40,9 @@ def recorded() -> list[dict[str, Any]]:
     rows = []
     for path in sorted(RESULTS.glob("gpu_raw_*/sweep.json")):
         sweep = json.loads(path.read_text())
+        kernel = next(short for short, (_, name) in KERNELS.items() if name == sweep["kernel"])
         for row in sweep["rows"]:
-            rows.append({"kernel": "gemm", "config": row["config"], "ok": row["status"] == "completed",
+            rows.append({"kernel": kernel, "config": row["config"], "ok": row["status"] == "completed",
                          "message": row.get("message") or "", "smem": None, "source": path.parent.name})
     for path in sorted(RESULTS.glob("gpu_raw_*/studies.json")):
         for name, study in json.loads(path.read_text())["studies"].items():
@@ -181,6 +182,8 @@ def test_a_worker_refuses_before_compiling_and_from_compiled_figures() -> None:
     assert refused.value.reason == FailureReason.INFEASIBLE
     assert "Required: 491520, Hardware limit: 232448" in refused.value.message
     refuse_unlaunchable(spec, resolved, None)  # limits unknown: the compiler decides
+    unchecked = KernelSpec(backend="triton", builtin="gemm_bf16", options={"resource_model": False})
+    refuse_unlaunchable(unchecked, resolve(unchecked, config, "triton"), H200)  # a sweep checking the model
     refuse_unlaunchable(spec, resolve(spec, {**config, "num_stages": 2}, "triton"), H200)  # 163840 bytes: fits
 
     refuse_compiled(ResourceUse(shared_bytes=100_000, threads=256, registers_per_thread=255), H200, "compiled")

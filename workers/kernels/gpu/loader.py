@@ -141,8 +141,9 @@ def require(module: ModuleType, names: tuple[str, ...]) -> None:
 
 def refuse_unlaunchable(kernel: KernelSpec, resolved: GpuKernel, limits: DeviceLimits | None) -> None:
     """Fail a built-in's configuration that its resource model puts over this device's
-    limits, before anything is compiled (workers.kernels.resources)."""
-    if not kernel.builtin or limits is None:
+    limits, before anything is compiled (workers.kernels.resources). `options.resource_model:
+    false` leaves it to the compiler (a sweep that checks the model does)."""
+    if not kernel.builtin or limits is None or resolved.options.get("resource_model") is False:
         return
     from workers.kernels import resource_violations
 
