@@ -257,8 +257,11 @@ def pending_studies(session: Session, limit: int = 1000) -> list[int]:
         Trial.told.is_(False), Trial.state.in_([s.value for s in TRIAL_REPORTED])
     ).distinct()
     active = Study.n_created - Study.n_completed - Study.n_failed - Study.n_cancelled - Study.n_screened_out
-    # n_created may pass max_trials where infeasible trials do not count: the step decides
-    room = select(Study.id).where(Study.state == "running", active < Study.parallelism)
+    # infeasible trials (among the failed) may not count against max_trials: a study has room
+    # only if its trials less its failed ones are under it, and its step decides
+    room = select(Study.id).where(
+        Study.state == "running", Study.n_created - Study.n_failed < Study.max_trials, active < Study.parallelism
+    )
     ids = {row[0] for row in session.execute(untold.limit(limit))}
     ids |= {row[0] for row in session.execute(room.limit(limit))}
     return sorted(ids)
