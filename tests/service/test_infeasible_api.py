@@ -231,13 +231,14 @@ def test_a_bad_target_is_refused_naming_the_field(api: Api, target: dict[str, An
            "target": target}
     r = api.client.post("/v1/studies", json=doc, headers=api.admin)
     assert r.status_code == 422, r.text
-    assert field in r.text, r.text
+    assert r.json()["error"]["field"] == field, r.text
 
 
 def test_a_target_on_a_cpu_kernel_is_refused(api: Api) -> None:
     r = api.client.post("/v1/studies", json={**_cpu_doc(), "target": {"compute_capability": "9.0"}},
                         headers=api.admin)
-    assert r.status_code == 422 and "GPU kernels" in r.text, r.text
+    assert r.status_code == 422 and r.json()["error"]["field"] == "target", r.text
+    assert "GPU kernels" in r.json()["error"]["message"]
 
 
 def _cpu_doc() -> dict[str, Any]:

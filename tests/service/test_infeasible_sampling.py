@@ -1,8 +1,8 @@
 """The sampler learns where configurations cannot launch. The study's sampler mirror is
 driven through the GEMM space against the H200's exhaustive sweep, with every proposal the
 sweep recorded as out of resources told as infeasible (reason, Triton's message): told as a
-violated constraint, NSGA-II and TPE propose fewer of them than when the same trials are told
-as plain failures. Which proposals cannot launch is read from the sweep, not from the
+violated constraint, TPE proposes fewer of them than when the same trials are told as plain
+failures. Which proposals cannot launch is read from the sweep, not from the
 service's resource model."""
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from service.scheduling.mirror import Mirror
 from service.store.models import Study, Trial
@@ -48,13 +46,15 @@ def infeasible_proposals(sampler: dict[str, Any], seed: int, as_constraint: bool
     return count
 
 
-@pytest.mark.parametrize("sampler", [
-    {"name": "nsga2", "options": {"population_size": 10}},
-    {"name": "tpe", "options": {"n_startup_trials": 10, "multivariate": True}},
-])
-def test_told_as_constraints_fewer_infeasible_configurations_are_proposed(sampler: dict[str, Any]) -> None:
+def test_told_as_constraints_tpe_proposes_fewer_configurations_that_cannot_launch() -> None:
+    """TPE puts a trial that violates a constraint among its bad trials, so it learns the
+    region; told a plain failure, it ignores it. (NSGA-II hears the same but barely changes:
+    its children come from feasible parents either way, and a quarter of them land over the
+    limit; see bench/results/gpu_gemm_feasibility.md. Refusing before queuing is what keeps
+    them off the budget.)"""
+    sampler = {"name": "tpe", "options": {"n_startup_trials": 10, "multivariate": True}}
     aware = [infeasible_proposals(sampler, seed, True) for seed in SEEDS]
     plain = [infeasible_proposals(sampler, seed, False) for seed in SEEDS]
-    assert sum(aware) < sum(plain), (aware, plain)
-    # a quarter of the space cannot launch: told nothing, a sampler keeps proposing about that much
-    assert sum(plain) > 0.15 * TRIALS * len(SEEDS), plain
+    assert sum(aware) < 0.9 * sum(plain), (aware, plain)
+    # a quarter of the space cannot launch: told nothing, the sampler keeps proposing about that much
+    assert sum(plain) > 0.25 * TRIALS * len(SEEDS), plain
