@@ -191,3 +191,34 @@ def test_a_worker_refuses_before_compiling_and_from_compiled_figures() -> None:
         refuse_compiled(ResourceUse(shared_bytes=100_000, threads=512, registers_per_thread=255), H200, "compiled")
     assert over.value.reason == FailureReason.INFEASIBLE
     assert "registers, Required: 130560, Hardware limit: 65536" in over.value.message
+
+
+def test_the_backends_report_running_out_of_resources_as_infeasible() -> None:
+    from workers.backends.cuda_backend import _launch_failure_reason
+    from workers.backends.triton_backend import _resource_failure, compiled_use
+
+    class OutOfResources(Exception):  # Triton's, by name: triton is not imported here
+        pass
+
+    assert _resource_failure(OutOfResources("out of resource: shared memory")).reason == FailureReason.INFEASIBLE
+    assert _resource_failure(RuntimeError("PassManager::run failed")).reason == FailureReason.COMPILE_ERROR
+    assert _launch_failure_reason(RuntimeError("CUDA_ERROR_OUT_OF_RESOURCES")) == FailureReason.INFEASIBLE
+    assert _launch_failure_reason(RuntimeError("too many resources requested for launch")) == FailureReason.INFEASIBLE
+    assert _launch_failure_reason(RuntimeError("CUDA_ERROR_INVALID_VALUE")) == FailureReason.COMPILE_ERROR
+    assert _launch_failure_reason(RuntimeError("illegal memory access")) == FailureReason.CRASH
+
+    class Metadata:
+        shared, num_warps = 491520, 8
+
+    class Compiled:
+        metadata, n_regs = Metadata(), 128
+
+    assert compiled_use(Compiled()) == ResourceUse(shared_bytes=491520, threads=256, registers_per_thread=128)
+
+
+def test_a_worker_reports_its_gpu_limits_in_its_fingerprint() -> None:
+    from workers.fingerprint import collect
+
+    probes = {"cpu": {"available": True}, "triton": {"available": True, "device_limits": H200.model_dump()}}
+    assert collect(probes).device_limits == H200
+    assert collect({"cpu": {"available": True}}).device_limits is None
