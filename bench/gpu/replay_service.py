@@ -163,9 +163,9 @@ class Replayer:
     def _headers(self, with_limits: bool) -> dict[str, str]:
         return self.limits_headers if with_limits else self.worker_headers
 
-    def _lease(self, with_limits: bool) -> dict[str, Any] | None:
+    def _lease(self, with_limits: bool, wait_s: float = 0) -> dict[str, Any] | None:
         response = self.client.post(
-            "/v1/leases", json={"worker_id": self.worker_ids[with_limits], "wait_s": 0},
+            "/v1/leases", json={"worker_id": self.worker_ids[with_limits], "wait_s": wait_s},
             headers=self._headers(with_limits),
         )
         if response.status_code == 204:
@@ -173,6 +173,9 @@ class Replayer:
         if response.status_code != 200:
             raise RuntimeError(f"lease: {response.status_code} {response.text[:500]}")
         return response.json()  # type: ignore[no-any-return]
+
+    def _finished(self, study_id: int) -> bool:
+        return self.client.get(f"/v1/studies/{study_id}", headers=self.admin).json()["state"] != "running"
 
     def _measure(self, config: dict[str, Any], rng: random.Random, reason: str) -> dict[str, Any]:
         values = self.table[config_key(config)]
@@ -201,7 +204,16 @@ class Replayer:
         held: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (token, trial, result), oldest first
         done: dict[int, dict[str, Any]] = {}
         while True:
-            while len(held) < 2 and (lease := self._lease(with_limits)) is not None:
+            while len(held) < 2:
+                lease = self._lease(with_limits)
+                for _ in range(100):
+                    # with nothing in hand, wait as the agent's long-poll does for the study's
+                    # step (it runs in the background after each result) to queue more
+                    if lease is not None or held or self._finished(study_id):
+                        break
+                    lease = self._lease(with_limits, 0.05)
+                if lease is None:
+                    break
                 result = self._measure(lease["trial"]["config"], rng, reason)
                 if result["status"] == "failed":  # the compile step reports it at once
                     self._post(f"/v1/leases/{lease['token']}/result", result, headers)
