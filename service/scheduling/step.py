@@ -69,9 +69,9 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         report.promoted = _account(session, study, mirror, untold)
         report.accounted = len(untold)
         report.more = len(untold) == TELLS_PER_STEP
-    report.queued, room = _settle_and_refill(session, study, mirror, report.locked_at + ASK_UNTIL_S)
+    report.queued, room, refused = _settle_and_refill(session, study, mirror, report.locked_at + ASK_UNTIL_S)
     report.more = report.more or report.queued < room  # the next step asks for the rest
-    report.changed = bool(report.accounted or report.queued)
+    report.changed = bool(report.accounted or report.queued or refused)
     if report.changed:
         lifecycle.touch(session, study)
     return report
@@ -148,13 +148,13 @@ def _infeasible_in_a_row(session: Session, study_id: int, budget: dict[str, Any]
     return streak
 
 
-def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline: float) -> tuple[int, int]:
-    """(trials queued now, trials the study has room for)."""
+def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline: float) -> tuple[int, int, int]:
+    """(trials queued now, trials the study has room for, proposals refused as infeasible)."""
     counts = counts_of(session, study)
     settlement = schedule.settle(counts, study.finish_reason)
     if settlement is not None:
         lifecycle.apply_settlement(session, study, settlement)
-        return 0, 0
+        return 0, 0, 0
     room = schedule.asks_wanted(counts, study.max_trials)
     asked = _ask(session, study, mirror, min(room, ASKS_PER_STEP), counts, deadline)
     if asked.refused or asked.budget_left == 0:
@@ -162,10 +162,10 @@ def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline:
         settlement = schedule.settle(counts_of(session, study), study.finish_reason)
         if settlement is not None:
             lifecycle.apply_settlement(session, study, settlement)
-            return asked.queued, asked.queued
+            return asked.queued, asked.queued, asked.refused
         if asked.budget_left == 0:
             room = asked.queued
-    return asked.queued, room
+    return asked.queued, room, asked.refused
 
 
 @dataclass
