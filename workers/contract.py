@@ -13,7 +13,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-CONTRACT_VERSION = 1
+# 2: a worker may report failure reason `infeasible` and its GPU's `device_limits`, which a
+# version-1 control plane would refuse; it serves version-1 workers unchanged
+CONTRACT_VERSION = 2
 CONTRACT_HEADER = "X-Paretune-Contract"  # every worker request names its CONTRACT_VERSION
 
 
