@@ -29,6 +29,7 @@ from service.scheduling.mirror import Mirror, MirrorCache, SpaceExhausted
 from service.store.db import lock_study, next_seq, next_seqs
 from service.store.models import Study, Trial
 from service.studies import lifecycle
+from service.trials import queries
 from service.trials.queries import LIGHT
 from service.trials.transitions import move, touch, touch_ids
 from workers.contract import FailureReason
@@ -127,9 +128,7 @@ def counts_of(session: Session, study: Study) -> schedule.Counts:
 
 
 def _infeasible(study_id: int) -> tuple[Any, ...]:
-    """Accounted trials that failed because their configuration cannot launch."""
-    return (Trial.study_id == study_id, Trial.state == TrialState.FAILED.value,
-            Trial.failure_reason == FailureReason.INFEASIBLE.value, Trial.told.is_(True))
+    return (Trial.study_id == study_id, *queries.infeasible())
 
 
 def _infeasible_in_a_row(session: Session, study_id: int, budget: dict[str, Any]) -> int:

@@ -119,6 +119,10 @@ def test_what_cannot_launch_on_the_pools_gpus_is_refused_before_queuing(api: Api
     assert study["state"] == "completed" and study["finish_reason"] == "budget spent"
     assert len(leased) == sum(t["state"] == "completed" for t in trials) == 24
     assert study["progress"]["created"] == 24 + len(refused) == len(trials)
+    assert (study["progress"]["infeasible"], study["progress"]["failed"], study["progress"]["infeasible_counted"]) == (
+        len(refused), len(refused), False)
+    listed = api.client.get("/v1/studies", headers=api.admin).json()["items"]
+    assert [s["progress"]["infeasible"] for s in listed if s["id"] == study["id"]] == [len(refused)]
     # the sampler heard each as a violated constraint, by how far over the limit it is
     constraints = told(api, study["id"])
     for trial in refused:
@@ -139,7 +143,9 @@ def test_infeasible_trials_count_against_the_budget_when_the_study_says_so(api: 
     refused = [t for t in trials if t["failure_reason"] == "infeasible"]
     assert refused
     assert len(trials) == 24 and len(leased) == 24 - len(refused)
-    assert study_of(api, study["id"])["state"] == "completed"
+    study = study_of(api, study["id"])
+    assert study["state"] == "completed"
+    assert (study["progress"]["infeasible"], study["progress"]["infeasible_counted"]) == (len(refused), True)
 
 
 def test_a_document_target_refuses_without_workers_knowing(api: Api) -> None:
