@@ -344,7 +344,9 @@ def _watch(api: Api, study_id: int, exit_when_done: bool = True) -> None:
             study = api.call("GET", f"/v1/studies/{study_id}")
             p = study["progress"]
             hv = "-" if study["hypervolume"] is None else f"{study['hypervolume']:.4f}"
-            progress.update(task, completed=p["completed"] + p["failed"] + p["cancelled"] + p["screened_out"],
+            uncounted = 0 if p.get("infeasible_counted", True) else p.get("infeasible", 0)  # not in the budget
+            finished = p["completed"] + p["failed"] + p["cancelled"] + p["screened_out"] - uncounted
+            progress.update(task, completed=finished,
                             description=f"study {study_id} {study['state']} front={study['front_size']} hv={hv}")
             front = api.call("GET", f"/v1/studies/{study_id}/front")
             from rich.console import Group

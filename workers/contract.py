@@ -13,7 +13,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-CONTRACT_VERSION = 1
+# 2: a worker may report failure reason `infeasible` and its GPU's `device_limits`, which a
+# version-1 control plane would refuse; it serves version-1 workers unchanged
+CONTRACT_VERSION = 2
 CONTRACT_HEADER = "X-Paretune-Contract"  # every worker request names its CONTRACT_VERSION
 
 
@@ -25,6 +27,10 @@ class FailureReason(StrEnum):
     TIMEOUT = "timeout"
     CRASH = "crash"
     UNSUPPORTED = "unsupported"  # the worker cannot run this kernel (missing tool, capability)
+    # the configuration cannot launch on the device (shared memory, registers or threads per
+    # block over its limits): set by a worker before compiling or from the compiled kernel,
+    # or by the service, which refuses it before queuing where it knows the limits
+    INFEASIBLE = "infeasible"
     ERROR = "error"  # anything else raised by the backend or the user's objective
     LEASE_EXPIRED = "lease expired"  # set by the service only
     CANCELLED = "cancelled"  # set by the service only
@@ -46,6 +52,20 @@ class IsolationLevel(StrEnum):
         return list(IsolationLevel).index(self)
 
 
+class DeviceLimits(BaseModel):
+    """What one thread block may use on a GPU: a configuration over any of them cannot
+    launch (workers.kernels.resources). `shared_memory_per_block` is the opt-in maximum
+    (static plus dynamic), the figure Triton and the CUDA driver check against."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compute_capability: str | None = Field(default=None, max_length=16)  # "9.0"
+    shared_memory_per_block: int = Field(ge=1, le=1 << 30)  # bytes
+    threads_per_block: int = Field(default=1024, ge=1, le=1 << 20)
+    registers_per_block: int = Field(default=65536, ge=1, le=1 << 30)  # 32-bit registers
+    registers_per_thread: int = Field(default=255, ge=1, le=1 << 16)
+
+
 class Fingerprint(BaseModel):
     """Hardware and software a worker measures on; stored with every trial it runs."""
 
@@ -65,6 +85,7 @@ class Fingerprint(BaseModel):
     energy: bool = False  # whether an energy counter (RAPL or NVML) is readable
     paretune: str = ""
     isolation: IsolationLevel = IsolationLevel.NONE  # how its trials are isolated
+    device_limits: DeviceLimits | None = None  # of its GPU: the service refuses what cannot launch there
 
 
 class RegisterRequest(BaseModel):

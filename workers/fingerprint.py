@@ -127,7 +127,9 @@ def collect(
         **({"isolation_detail": isolation} if isolation else {}),
         **({"sandbox_limits": limits} if limits else {}),
     }
+    limits = next((probes[name]["device_limits"] for name in available if probes[name].get("device_limits")), None)
     return Fingerprint(
+        device_limits=limits,
         hostname=socket.gethostname(),
         os=platform.platform(),
         python=platform.python_version(),

@@ -8,7 +8,11 @@ file names other configurations (e.g. a study's best), those and the sweep's bes
 measured head to head, interleaved, for a like-for-like comparison on this GPU.
 
     python3 bench/gpu/sweep.py --kernel gemm_bf16 --cache DIR --out sweep.json \
-        [--deadline-s 400] [--versus FILE --versus-wait-s 120]
+        [--deadline-s 400] [--versus FILE --versus-wait-s 120] [--shard I/N]
+
+`--shard I/N` sweeps every N-th configuration of the shuffled order from the I-th (0-based),
+so that N processes, one per GPU, sweep a space too large for one call together; their
+`rows` joined are the whole sweep.
 """
 
 from __future__ import annotations
@@ -58,7 +62,9 @@ class Harness:
     ) -> None:
         self.known_failures = known_failures or {}
         self.backend = get_backend(backend_name)
-        self.spec = KernelSpec(backend=backend_name, builtin=builtin)
+        # the compiler, not the resource model, decides what cannot launch: the sweep is what
+        # the model is checked against (tests/workers/test_resources.py)
+        self.spec = KernelSpec(backend=backend_name, builtin=builtin, options={"resource_model": False})
         self.cache = cache
         self.settings = settings
 
@@ -165,7 +171,9 @@ def main() -> None:
     parser.add_argument("--failures", default=None, help="JSON {cache_key: message}")
     parser.add_argument("--objectives", default=",".join(OBJECTIVES))
     parser.add_argument("--settings", default=None, help="measurement settings as JSON (default: the sweep's)")
+    parser.add_argument("--shard", default="0/1", help="I/N: every N-th configuration from the I-th")
     args = parser.parse_args()
+    shard, shards = (int(part) for part in args.shard.split("/"))
     OBJECTIVES[:] = args.objectives.split(",")
     started = time.monotonic()
     deadline = started + args.deadline_s
@@ -192,11 +200,14 @@ def main() -> None:
         print(json.dumps(result["head_to_head"].get("median_runtime_ms")), flush=True)
         return
     points = space_points(builtin.space)
+    space_size = len(points)
     random.Random(args.seed).shuffle(points)
+    points = points[shard::shards]
     out = Path(args.out)
     report: dict[str, Any] = {
         "kernel": args.kernel,
-        "space_size": len(points),
+        "space_size": space_size,
+        "shard": args.shard,
         "settings": settings.model_dump(),
         "rows": [],
     }

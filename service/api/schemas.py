@@ -75,6 +75,9 @@ class Progress(BaseModel):
     cancelled: int
     screened_out: int = Field(description="finished at the screening stage: not measured fully")
     in_flight: int
+    infeasible: int = Field(default=0, description="failed (among `failed`) because the configuration cannot "
+                                                   "launch on the target")
+    infeasible_counted: bool = Field(default=True, description="whether infeasible trials count against max_trials")
 
 
 class StudyOut(BaseModel):
@@ -99,7 +102,7 @@ class StudyOut(BaseModel):
     document: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, study: Study, with_document: bool = False) -> StudyOut:
+    def of(cls, study: Study, with_document: bool = False, infeasible: int = 0) -> StudyOut:
         active = study.n_created - study.n_completed - study.n_failed - study.n_cancelled - study.n_screened_out
         return cls(
             id=study.id, name=study.name, state=study.state, finish_reason=study.finish_reason,
@@ -108,7 +111,8 @@ class StudyOut(BaseModel):
             progress=Progress(max_trials=study.max_trials, created=study.n_created,
                               completed=study.n_completed, failed=study.n_failed,
                               cancelled=study.n_cancelled, screened_out=study.n_screened_out,
-                              in_flight=active),
+                              in_flight=active, infeasible=infeasible,
+                              infeasible_counted=study.document["budget"].get("count_infeasible", True)),
             best=study.best or {}, baseline=study.baseline_values, hypervolume=study.hypervolume,
             front_size=study.front_size,
             reference_point={o["name"]: r for o, r in zip(study.objectives, study.reference_point, strict=True)},

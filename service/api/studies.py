@@ -17,6 +17,7 @@ from service.store.db import after_commit
 from service.store.models import Study
 from service.studies import documents, lifecycle
 from service.studies.access import visible_study
+from service.trials import queries
 
 EXAMPLES: dict[str, Any] = {
     "builtin": {"summary": "a built-in CPU kernel, its own search space", "value": {
@@ -66,12 +67,16 @@ def list_studies(
     stmt = select(Study).where(Study.team_id == principal.team_id).order_by(Study.id.desc()).limit(limit)
     if state_filter:
         stmt = stmt.where(Study.state == state_filter)
-    return StudyList(items=[StudyOut.of(s) for s in session.execute(stmt).scalars()])
+    studies = list(session.execute(stmt).scalars())
+    infeasible = queries.infeasible_counts(session, [s.id for s in studies])
+    return StudyList(items=[StudyOut.of(s, infeasible=infeasible.get(s.id, 0)) for s in studies])
 
 
 @router.get("/{study_id}", response_model=StudyOut)
 def get_study(study_id: StudyId, principal: PrincipalDep, session: ReadSession) -> StudyOut:
-    return StudyOut.of(visible_study(session, principal, study_id), with_document=True)
+    study = visible_study(session, principal, study_id)
+    infeasible = queries.infeasible_counts(session, [study.id]).get(study.id, 0)
+    return StudyOut.of(study, with_document=True, infeasible=infeasible)
 
 
 def _change(study_id: int, action: str, state: StateDep, principal: PrincipalDep, session: WriteSession) -> StudyOut:
@@ -79,7 +84,7 @@ def _change(study_id: int, action: str, state: StateDep, principal: PrincipalDep
     study = lifecycle.change(session, study_id, action)
     after_commit(session, lambda: state.scheduler.wake(study_id))
     after_commit(session, lambda: state.notifier.notify(f"pool:{study.pool}", f"study:{study_id}", "studies"))
-    return StudyOut.of(study)
+    return StudyOut.of(study, infeasible=queries.infeasible_counts(session, [study.id]).get(study.id, 0))
 
 
 @router.post("/{study_id}/pause", response_model=StudyOut)

@@ -118,7 +118,8 @@ def _read_changes(session: Session, study_id: int, after: int) -> tuple[list[Tri
     rows = queries.changed_since(session, study_id, after, EVENT_PAGE)
     study = session.get(Study, study_id)
     assert study is not None
-    return [trial_out(r) for r in rows], [r.seq for r in rows], StudyOut.of(study)
+    infeasible = queries.infeasible_counts(session, [study_id]).get(study_id, 0)
+    return [trial_out(r) for r in rows], [r.seq for r in rows], StudyOut.of(study, infeasible=infeasible)
 
 
 async def _event_stream(state: AppState, request: Request, study_id: int, cursor: int,

@@ -36,7 +36,9 @@ TRIAL_REPORTED = TRIAL_FINISHED | {TrialState.SCREENED}
 STUDY_FINISHED = frozenset({StudyState.COMPLETED, StudyState.CANCELLED, StudyState.FAILED})
 
 TRIAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
-    TrialState.QUEUED: frozenset({TrialState.RUNNING, TrialState.PAUSED, TrialState.CANCELLED}),
+    # failed while queued: refused in the step that created it, before any worker could see
+    # it, because its configuration cannot launch on the study's target (reason infeasible)
+    TrialState.QUEUED: frozenset({TrialState.RUNNING, TrialState.PAUSED, TrialState.CANCELLED, TrialState.FAILED}),
     TrialState.PAUSED: frozenset({TrialState.QUEUED, TrialState.CANCELLED}),
     # a lease that expires hands the trial back (queued, or paused with its study), fails it
     # after its last attempt, or cancels it when its study has finished meanwhile; a

@@ -43,6 +43,9 @@ SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "grid")
 MAX_PARALLELISM = 1_000
 MAX_OPTION_KEYS = 64
 MAX_WALL_TIME_S = 90 * 86_400.0
+# infeasible proposals in a row after which a study fails: a sampler that has proposed this
+# many configurations that cannot launch, one after another, is not finding the rest
+DEFAULT_INFEASIBLE_IN_A_ROW = 50
 
 ShortText = Annotated[str, Field(max_length=MAX_STRING)]
 
@@ -95,8 +98,24 @@ class Sampler(StrictModel):
 
 class Budget(StrictModel):
     max_trials: int = Field(default=100, ge=1, le=1_000_000)
-    max_failed_trials: int | None = Field(default=None, ge=0, le=1_000_000)
+    max_failed_trials: int | None = Field(default=None, ge=0, le=1_000_000)  # infeasible ones aside
     wall_time_s: float | None = Field(default=None, gt=0, le=MAX_WALL_TIME_S)
+    # whether trials whose configuration cannot launch (failure reason infeasible) count
+    # against max_trials; either way the study fails past either cap below
+    count_infeasible: bool = False
+    max_infeasible: int | None = Field(default=None, ge=0, le=1_000_000)  # default: max_trials
+    max_infeasible_in_a_row: int = Field(default=DEFAULT_INFEASIBLE_IN_A_ROW, ge=1, le=1_000_000)
+
+
+class Target(StrictModel):
+    """The GPU the study tunes for, where the pool's workers do not say (or to override
+    them): a compute capability with known limits, or the limits themselves."""
+
+    compute_capability: str | None = Field(default=None, max_length=16)  # "9.0"
+    shared_memory_per_block: int | None = Field(default=None, ge=1, le=1 << 30)  # bytes, opt-in maximum
+    threads_per_block: int | None = Field(default=None, ge=1, le=1 << 20)
+    registers_per_block: int | None = Field(default=None, ge=1, le=1 << 30)
+    registers_per_thread: int | None = Field(default=None, ge=1, le=1 << 16)
 
 
 class Limits(StrictModel):
@@ -144,6 +163,7 @@ class StudyDocument(StrictModel):
     pool: str = Field(default="default", min_length=1, max_length=100)
     limits: Limits = Field(default_factory=Limits)
     measure: StudyMeasure = Field(default_factory=StudyMeasure)
+    target: Target | None = None
     reference_point: dict[ShortText, float] | None = Field(default=None, max_length=8)  # ratios to the baseline
     # "catalog": the first trials after the baseline are the approved configurations of this
     # kernel for the closest targets (service.artifacts.catalog.warm_start_configs)

@@ -28,9 +28,11 @@ from sqlalchemy.orm import Session
 from service.domain.results import constraint_value
 from service.domain.space import MAX_GRID_POINTS, SearchSpace
 from service.domain.states import TRIAL_FINISHED, TrialState
-from service.scheduling import samplers
+from service.scheduling import feasibility, samplers
 from service.store.models import Study, Trial
 from service.trials.queries import LIGHT
+from workers.contract import FailureReason
+from workers.kernels.resources import parse_refusals
 
 if TYPE_CHECKING:
     from service.scheduling.fronts import Front
@@ -41,6 +43,7 @@ CONSTRAINT_PREFIX = "constraints:"  # Optuna's system attribute for Trial.set_co
 MAX_REASKS = 20
 MAX_SCANNED = 100_000  # points of a finite space scanned for an unseen one, at most
 CONFIGURATION_FAILURES = {"compile_error", "wrong_result", "timeout", "crash", "error"}
+INFEASIBLE = FailureReason.INFEASIBLE.value  # over the device's limits: told with how far over
 
 
 class SpaceExhausted(Exception):
@@ -60,6 +63,7 @@ class Mirror:
         self.space = SearchSpace.parse(doc["space"])
         self.is_grid = sampler["name"] == "grid"
         self.failures_as_infeasible = sampler["name"] in samplers.CONSTRAINT_SAMPLERS
+        self.feasibility = feasibility.Feasibility(study)  # what cannot launch on the study's target
         size = self.space.grid_size()
         # the grid sampler walks the grid; other samplers are handed an unseen point of a
         # finite space only without floats, whose values may not compare equal once sampled
@@ -185,7 +189,10 @@ class Mirror:
         Samplers that handle constraints hear of a trial that failed because of its
         configuration (compile error, wrong result, crash, timeout) as infeasible, so that
         they learn to avoid its region; a failure that says nothing about the configuration
-        (lease expired, cancelled, unsupported) is a plain failure.
+        (lease expired, cancelled, unsupported) is a plain failure. A configuration that
+        cannot launch (reason infeasible) violates the `resources` constraint by how far it
+        is over the device's limit (0.27: 27% more shared memory than there is), so the
+        sampler ranks a near miss above a far one; every other trial has it at 0.
 
         A trial measured fully is told once, with its full values, when that stage completes
         (until then the sampler holds it as running). A trial screened out is told complete
@@ -198,6 +205,7 @@ class Mirror:
             values = self._note([float(row.screening["told"][name]) for name in self.objectives])
             if self.failures_as_infeasible:
                 constraints[f"{CONSTRAINT_PREFIX}failed"] = 0.0
+                constraints[f"{CONSTRAINT_PREFIX}resources"] = 0.0
             screened = row.screening.get("values") or {}
             for i, constraint in enumerate(self.constraints):
                 if constraint["metric"] in screened:
@@ -208,11 +216,14 @@ class Mirror:
             values = self._note([float(row.values[name]) for name in self.objectives])
             if self.failures_as_infeasible:
                 constraints[f"{CONSTRAINT_PREFIX}failed"] = 0.0
+                constraints[f"{CONSTRAINT_PREFIX}resources"] = 0.0
             for i, v in enumerate(row.constraint_values or []):
                 constraints[f"{CONSTRAINT_PREFIX}{i}"] = float(v)
             return OptunaState.COMPLETE, values, constraints
-        if self.failures_as_infeasible and row.failure_reason in CONFIGURATION_FAILURES:
-            constraints[f"{CONSTRAINT_PREFIX}failed"] = 1.0
+        if self.failures_as_infeasible and row.failure_reason in CONFIGURATION_FAILURES | {INFEASIBLE}:
+            infeasible = row.failure_reason == INFEASIBLE
+            constraints[f"{CONSTRAINT_PREFIX}failed"] = 0.0 if infeasible else 1.0
+            constraints[f"{CONSTRAINT_PREFIX}resources"] = resource_excess(row) if infeasible else 0.0
             # the values of an infeasible trial rank it nowhere; the worst seen keeps them plausible
             return OptunaState.COMPLETE, list(self._worst or [0.0] * len(self.objectives)), constraints
         return OptunaState.FAIL, None, constraints
@@ -222,6 +233,16 @@ class Mirror:
         self._worst = [max(w, v) if d == "minimize" else min(w, v)
                        for w, v, d in zip(self._worst or values, values, self.directions, strict=True)]
         return values
+
+
+def resource_excess(row: Trial) -> float:
+    """How far an infeasible trial is over its device's limits (the largest fraction over),
+    from what the service recorded when it refused it, else the worker's message; 1.0 when
+    neither says."""
+    report = (row.compile_report or {}).get("resources") or {}
+    found = [float(v["excess"]) for v in report.get("violations") or [] if isinstance(v, dict) and "excess" in v]
+    found += [v.excess for v in parse_refusals(row.message or "")]
+    return max([v for v in found if v > 0], default=1.0)
 
 
 def config_key(params: dict[str, Any]) -> str:

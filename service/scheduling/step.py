@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -23,13 +24,15 @@ from sqlalchemy.orm import Session
 from service.domain import schedule
 from service.domain import study_doc as sd
 from service.domain.states import STUDY_FINISHED, TRIAL_REPORTED, TrialState
-from service.scheduling import fronts, promotion
+from service.scheduling import feasibility, fronts, promotion
 from service.scheduling.mirror import Mirror, MirrorCache, SpaceExhausted
-from service.store.db import lock_study, next_seqs
+from service.store.db import lock_study, next_seq, next_seqs
 from service.store.models import Study, Trial
 from service.studies import lifecycle
+from service.trials import queries
 from service.trials.queries import LIGHT
-from service.trials.transitions import touch, touch_ids
+from service.trials.transitions import move, touch, touch_ids
+from workers.contract import FailureReason
 
 ASKS_PER_STEP = 64  # one step asks for at most this many trials...
 ASK_UNTIL_S = 0.025  # ...and stops asking this long after taking the lock; the next step asks for the rest
@@ -67,9 +70,9 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         report.promoted = _account(session, study, mirror, untold)
         report.accounted = len(untold)
         report.more = len(untold) == TELLS_PER_STEP
-    report.queued, room = _settle_and_refill(session, study, mirror, report.locked_at + ASK_UNTIL_S)
+    report.queued, room, refused = _settle_and_refill(session, study, mirror, report.locked_at + ASK_UNTIL_S)
     report.more = report.more or report.queued < room  # the next step asks for the rest
-    report.changed = bool(report.accounted or report.queued)
+    report.changed = bool(report.accounted or report.queued or refused)
     if report.changed:
         lifecycle.touch(session, study)
     return report
@@ -109,50 +112,98 @@ def counts_of(session: Session, study: Study) -> schedule.Counts:
         select(func.count()).select_from(Trial).where(Trial.study_id == study.id,
                                                       Trial.state == TrialState.RUNNING.value)
     ).scalar_one()
+    budget = study.document["budget"]
+    infeasible = int(session.execute(
+        select(func.count()).select_from(Trial).where(*_infeasible(study.id))
+    ).scalar_one())
     return schedule.Counts(
         state=study.state, created=study.n_created, completed=study.n_completed, failed=study.n_failed,
         cancelled=study.n_cancelled, screened_out=study.n_screened_out, running=int(running),
         max_trials=study.max_trials, max_failed=study.max_failed_trials, parallelism=study.parallelism,
-        past_wall_time=lifecycle.past_wall_time(study),
+        past_wall_time=lifecycle.past_wall_time(study), infeasible=infeasible,
+        infeasible_in_a_row=_infeasible_in_a_row(session, study.id, budget) if infeasible else 0,
+        count_infeasible=budget.get("count_infeasible", True), max_infeasible=budget.get("max_infeasible"),
+        max_infeasible_in_a_row=budget.get("max_infeasible_in_a_row"),
     )
 
 
-def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline: float) -> tuple[int, int]:
-    """(trials queued now, trials the study has room for)."""
+def _infeasible(study_id: int) -> tuple[Any, ...]:
+    return (Trial.study_id == study_id, *queries.infeasible())
+
+
+def _infeasible_in_a_row(session: Session, study_id: int, budget: dict[str, Any]) -> int:
+    """How many of the latest trials (by number, cancelled ones aside) are infeasible."""
+    cap = int(budget.get("max_infeasible_in_a_row") or 0) or sd.DEFAULT_INFEASIBLE_IN_A_ROW
+    latest = session.execute(
+        select(Trial.state, Trial.failure_reason, Trial.told)
+        .where(Trial.study_id == study_id, Trial.state != TrialState.CANCELLED.value)
+        .order_by(Trial.number.desc()).limit(cap)
+    ).all()
+    streak = 0
+    for state, reason, told in latest:
+        if not (state == TrialState.FAILED and reason == FailureReason.INFEASIBLE and told):
+            break
+        streak += 1
+    return streak
+
+
+def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline: float) -> tuple[int, int, int]:
+    """(trials queued now, trials the study has room for, proposals refused as infeasible)."""
     counts = counts_of(session, study)
     settlement = schedule.settle(counts, study.finish_reason)
     if settlement is not None:
         lifecycle.apply_settlement(session, study, settlement)
-        return 0, 0
+        return 0, 0, 0
     room = schedule.asks_wanted(counts, study.max_trials)
-    queued = _ask(session, study, mirror, min(room, ASKS_PER_STEP), deadline)
-    if study.n_created >= study.max_trials:  # the budget, or the space, is spent: done once all report
+    asked = _ask(session, study, mirror, min(room, ASKS_PER_STEP), counts, deadline)
+    if asked.refused or asked.budget_left == 0:
+        # the budget or the space is spent (done once all report), or refusals reached a cap
         settlement = schedule.settle(counts_of(session, study), study.finish_reason)
         if settlement is not None:
             lifecycle.apply_settlement(session, study, settlement)
-        room = queued
-    return queued, room
+            return asked.queued, asked.queued, asked.refused
+        if asked.budget_left == 0:
+            room = asked.queued
+    return asked.queued, room, asked.refused
 
 
-def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, deadline: float) -> int:
-    asked: list[tuple[Trial, int]] = []
+@dataclass
+class Asked:
+    queued: int = 0
+    refused: int = 0  # infeasible on the study's target: failed before queuing
+    budget_left: int = 0
+
+
+def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, counts: schedule.Counts,
+         deadline: float) -> Asked:
+    """Queue up to `wanted` trials within the budget. A proposal that cannot launch on the
+    study's target is recorded failed (infeasible) and told to the sampler at once, and the
+    sampler asked again; it takes a place in the budget only if the study counts them."""
+    asked = Asked(budget_left=counts.budget_left)
+    in_a_row = counts.infeasible_in_a_row
+    queued: list[tuple[Trial, int]] = []
     screen = study.document["measure"].get("screen")
     stage = "screen" if screen else None  # a study that screens measures every trial so first
     requires_energy = bool(set(screen["objectives"]) & sd.ENERGY_OBJECTIVES) if screen else study.requires_energy
-    for seq in next_seqs(session, wanted):
-        if asked and time.perf_counter() > deadline:
+    seqs = iter(next_seqs(session, wanted))
+    while asked.queued < wanted and asked.budget_left > 0:
+        if (asked.queued or asked.refused) and time.perf_counter() > deadline:
             break
+        if _capped(counts, asked.refused, in_a_row):
+            break  # the study fails at its settlement
         try:
             params, sampler_state, optuna_id = mirror.ask(study.n_created)
-        except SpaceExhausted:
-            study.max_trials = study.n_created  # nothing new is left to try
+        except SpaceExhausted:  # nothing new is left to try
+            study.max_trials = counts.max_trials - asked.budget_left
             study.finish_reason = "search space exhausted"
+            asked.budget_left = 0
             break
+        refusal = mirror.feasibility.refusal(session, study, params)
         trial = Trial(
             study_id=study.id,
             number=study.n_created,
             state=TrialState.QUEUED.value,
-            seq=seq,
+            seq=next(seqs, None) or next_seq(session),
             pool=study.pool,
             backend=study.backend,
             requires_energy=requires_energy,
@@ -163,12 +214,40 @@ def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, deadline: 
             max_attempts=study.document["limits"]["max_attempts"],
         )
         session.add(trial)
-        asked.append((trial, optuna_id))
         study.n_created += 1
+        if refusal is None:
+            queued.append((trial, optuna_id))
+            asked.queued += 1
+            asked.budget_left -= 1
+            in_a_row = 0
+        else:
+            _refuse(session, study, mirror, trial, optuna_id, refusal)
+            asked.refused += 1
+            asked.budget_left -= 1 if counts.count_infeasible else 0
+            in_a_row += 1
     session.flush()  # one round trip for the batch
-    for trial, optuna_id in asked:
+    for trial, optuna_id in queued:
         mirror.adopt(trial, optuna_id)
-    return len(asked)
+    return asked
+
+
+def _capped(counts: schedule.Counts, refused: int, in_a_row: int) -> bool:
+    """Whether this step's refusals have reached one of the study's caps on infeasible trials."""
+    if counts.max_infeasible_in_a_row is not None and in_a_row >= counts.max_infeasible_in_a_row:
+        return True
+    return counts.max_infeasible is not None and counts.infeasible + refused > counts.max_infeasible
+
+
+def _refuse(session: Session, study: Study, mirror: Mirror, trial: Trial, optuna_id: int,
+            refusal: feasibility.Refusal) -> None:
+    """Fail a proposal that cannot launch before any worker sees it, account for it and tell
+    the sampler now, so that the next proposal of this step already knows."""
+    session.flush()  # its id, for the sampler mirror
+    move(session, trial, TrialState.FAILED, failure_reason=FailureReason.INFEASIBLE.value,
+         message=refusal.message, compile_report=refusal.report(), told=True)
+    study.n_failed += 1
+    mirror.adopt(trial, optuna_id)
+    mirror.learn(trial)
 
 
 def pending_studies(session: Session, limit: int = 1000) -> list[int]:
@@ -177,8 +256,10 @@ def pending_studies(session: Session, limit: int = 1000) -> list[int]:
         Trial.told.is_(False), Trial.state.in_([s.value for s in TRIAL_REPORTED])
     ).distinct()
     active = Study.n_created - Study.n_completed - Study.n_failed - Study.n_cancelled - Study.n_screened_out
+    # infeasible trials (among the failed) may not count against max_trials: a study has room
+    # only if its trials less its failed ones are under it, and its step decides
     room = select(Study.id).where(
-        Study.state == "running", Study.n_created < Study.max_trials, active < Study.parallelism
+        Study.state == "running", Study.n_created - Study.n_failed < Study.max_trials, active < Study.parallelism
     )
     ids = {row[0] for row in session.execute(untold.limit(limit))}
     ids |= {row[0] for row in session.execute(room.limit(limit))}

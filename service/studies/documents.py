@@ -11,7 +11,8 @@ from service.domain import study_doc as sd
 from service.domain.space import SearchSpace
 from service.errors import Invalid, invalid_from_pydantic
 from service.scheduling import samplers
-from workers.contract import WorkloadShape
+from workers.contract import DeviceLimits, WorkloadShape
+from workers.kernels.resources import KNOWN_LIMITS, limits_for
 
 GPU_BACKENDS = {"triton", "cuda"}
 ENERGY_METRICS = {"energy_mj", "power_w"}
@@ -74,9 +75,12 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     if energy and kernel.backend in GPU_BACKENDS and "hot_window_s" not in doc.measure.model_fields_set:
         normalised["measure"]["hot_window_s"] = ENERGY_HOT_WINDOW_S
     _stages(normalised["measure"], doc, objectives, kernel.backend)
+    normalised["target"] = _target(doc.target, kernel.backend)
     budget = normalised["budget"]
     if budget["max_failed_trials"] is None:
         budget["max_failed_trials"] = budget["max_trials"] // 2 + 5
+    if budget["max_infeasible"] is None:
+        budget["max_infeasible"] = budget["max_trials"]
     if grid is not None:  # the whole grid, after the baseline
         budget["max_trials"] = min(budget["max_trials"], grid + 1)
     return normalised
@@ -93,3 +97,26 @@ def _stages(measure: dict[str, Any], doc: sd.StudyDocument, objectives: list[dic
     elif doc.measure.promote is not None:
         raise sd.DocumentError("measure.promote",
                                "a promotion rule needs a screening stage: add measure.screen ({} for its defaults)")
+
+
+def _target(target: sd.Target | None, backend: str) -> dict[str, Any] | None:
+    """The device limits the document names: those of its compute capability, overridden by
+    any it gives itself."""
+    if target is None:
+        return None
+    if backend not in GPU_BACKENDS:
+        raise sd.DocumentError("target", f"device limits apply to GPU kernels (triton, cuda), not {backend!r}")
+    given = target.model_dump(exclude_none=True)
+    base: dict[str, Any] = {}
+    if target.compute_capability is not None:
+        known = limits_for(target.compute_capability)
+        if known is None and target.shared_memory_per_block is None:
+            raise sd.DocumentError(
+                "target.compute_capability",
+                f"no known limits for compute capability {target.compute_capability!r} (known: "
+                f"{', '.join(KNOWN_LIMITS)}); give target.shared_memory_per_block and the other limits",
+            )
+        base = known.model_dump() if known else {}
+    elif target.shared_memory_per_block is None:
+        raise sd.DocumentError("target", "name target.compute_capability or target.shared_memory_per_block")
+    return DeviceLimits.model_validate({**base, **given}).model_dump()

@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.orm import Session, defer
 
 from service.domain.states import TrialState
@@ -20,6 +20,20 @@ MAX_CURSOR_CHARS = 512
 # what scheduling reads of a trial: not its logs and reports
 LIGHT = (defer(Trial.log), defer(Trial.metrics), defer(Trial.correctness), defer(Trial.compile_report),
          defer(Trial.environment), defer(Trial.timings), defer(Trial.fingerprint), defer(Trial.message))
+
+
+def infeasible() -> tuple[Any, ...]:
+    """Accounted trials that failed because their configuration cannot launch."""
+    return (Trial.state == TrialState.FAILED.value, Trial.failure_reason == "infeasible", Trial.told.is_(True))
+
+
+def infeasible_counts(session: Session, study_ids: Sequence[int]) -> dict[int, int]:
+    """How many of each study's accounted trials are infeasible (none listed: none)."""
+    if not study_ids:
+        return {}
+    rows = session.execute(select(Trial.study_id, func.count()).where(Trial.study_id.in_(study_ids), *infeasible())
+                           .group_by(Trial.study_id))
+    return {int(study_id): int(count) for study_id, count in rows}
 
 
 def encode_cursor(parts: list[Any]) -> str:

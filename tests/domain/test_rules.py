@@ -38,8 +38,9 @@ def test_finished_trials_and_studies_never_change_again() -> None:
 
 
 def test_every_trial_path_goes_through_running_to_finish() -> None:
-    """A trial is finished only by a result (from running) or by cancellation while it waits:
-    nothing completes or fails without having been leased."""
+    """A trial is finished only by a result (from running), by cancellation while it waits,
+    or by the service's refusal of a configuration that cannot launch (queued -> failed):
+    nothing completes without having been leased."""
     for old, targets in TRIAL_TRANSITIONS.items():
         for new in TrialState:
             allowed = new in targets
@@ -49,9 +50,10 @@ def test_every_trial_path_goes_through_running_to_finish() -> None:
                 with pytest.raises(IllegalTransition):
                     check_trial(old, new)
     finishing = {(old, new) for old, targets in TRIAL_TRANSITIONS.items() for new in targets if new in TRIAL_FINISHED}
-    # besides cancellation, only a screened trial (leased and measured) finishes off a lease
+    # besides cancellation, only a screened trial (leased and measured) finishes off a lease,
+    # and a queued one fails unleased only when the service refuses it as infeasible
     assert {(old, new) for old, new in finishing if old != TrialState.RUNNING and new != TrialState.CANCELLED} == {
-        (TrialState.SCREENED, TrialState.SCREENED_OUT)}
+        (TrialState.SCREENED, TrialState.SCREENED_OUT), (TrialState.QUEUED, TrialState.FAILED)}
     assert [old for old, targets in TRIAL_TRANSITIONS.items() if TrialState.SCREENED in targets] == [TrialState.RUNNING]
     assert not any(StudyState.RUNNING in targets for state, targets in STUDY_TRANSITIONS.items()
                    if state != StudyState.PAUSED)

@@ -24,8 +24,18 @@ from typing import Any
 
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
-from workers.kernels.gpu.loader import GpuKernel, load_harness, require, resolve, shape_key
+from workers.kernels.gpu.loader import (
+    GpuKernel,
+    load_harness,
+    refuse_compiled,
+    refuse_unlaunchable,
+    require,
+    resolve,
+    shape_key,
+)
+from workers.kernels.resources import ResourceUse
 from workers.measure.gpu_energy import nvml_energy_readable
+from workers.measure.gpu_limits import local_device_limits
 from workers.measure.gpu_toolchain import (
     acf_ptxas_flags,
     format_version,
@@ -188,6 +198,7 @@ class CudaBackend(Backend):
             "energy": nvml_energy_readable(),
             "features": {"acf": supports_acf(version)},
             "gpu": torch.cuda.get_device_name(0),
+            "device_limits": limits.model_dump() if (limits := local_device_limits()) else None,
         }
 
     def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
@@ -211,6 +222,7 @@ class CudaBackend(Backend):
 
     def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
         resolved = resolve(kernel, config, self.name)
+        refuse_unlaunchable(kernel, resolved, local_device_limits())
         workdir.mkdir(parents=True, exist_ok=True)
         flags = acf_ptxas_flags(resolved.config.get("acf"), resolved.options, nvrtc_version(), workdir)
         harness = load_harness(resolved, workdir / "src")
@@ -294,6 +306,7 @@ class CudaBackend(Backend):
             key = shape_key(shape.dims)
             path = built.directory / built.files[f"cubin:{key}"]
             kernels[key] = _load_kernel(core, path, resolved.entry)
+            _refuse_loaded(kernels[key], harness, resolved.config, shape.dims)
         return resolved, harness, kernels
 
     def _launch(
@@ -338,10 +351,7 @@ class CudaBackend(Backend):
             try:
                 checks.append(check_once(key, make_inputs, harness.output, run, reference))
             except Exception as exc:
-                raise TrialFailure(
-                    FailureReason.COMPILE_ERROR if _is_launch_refusal(exc) else FailureReason.CRASH,
-                    f"{type(exc).__name__}: {exc}"[:2000],
-                ) from exc
+                raise TrialFailure(_launch_failure_reason(exc), f"{type(exc).__name__}: {exc}"[:2000]) from exc
         tolerance = tolerance_for(harness.DTYPE, resolved.options.get("tolerance"))
         passed, details = verdict(checks, tolerance, seed)
         details["kernel"] = {key: _attributes(handle) for key, handle in kernels.items()}
@@ -405,7 +415,30 @@ def _attributes(handle: Any) -> dict[str, Any]:
     return info
 
 
-def _is_launch_refusal(exc: Exception) -> bool:
+def _launch_failure_reason(exc: Exception) -> FailureReason:
+    """Resources over the device's limits: infeasible; another refusal of the launch (an
+    invalid geometry): a compile error; anything else: a crash."""
     text = str(exc).upper()
-    return "OUT_OF_RESOURCES" in text or "INVALID_VALUE" in text or "TOO MANY RESOURCES" in text
+    if "OUT_OF_RESOURCES" in text or "TOO MANY RESOURCES" in text:
+        return FailureReason.INFEASIBLE
+    return FailureReason.COMPILE_ERROR if "INVALID_VALUE" in text else FailureReason.CRASH
+
+
+def _refuse_loaded(handle: Any, harness: ModuleType, config: dict[str, Any], dims: dict[str, int]) -> None:
+    """A loaded kernel over this device's limits (its registers times the block's threads,
+    its static plus the launch's dynamic shared memory) is failed before it is launched."""
+    attributes = _attributes(handle)
+    if "error" in attributes:
+        return
+    _, params = split_config(config, PROGRAM_OPTIONS)
+    try:
+        _, block, dynamic = harness.launch_geometry(dims, params)
+    except ValueError as exc:
+        raise TrialFailure(FailureReason.ERROR, f"workload shape {dims}: {exc}") from exc
+    threads = 1
+    for extent in block:
+        threads *= int(extent)
+    use = ResourceUse(shared_bytes=int(attributes.get("shared_size_bytes") or 0) + int(dynamic or 0),
+                      threads=threads, registers_per_thread=int(attributes.get("num_regs") or 0) or None)
+    refuse_compiled(use, local_device_limits(), "from the loaded kernel")
 

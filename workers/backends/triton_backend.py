@@ -30,8 +30,18 @@ from typing import Any
 
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
-from workers.kernels.gpu.loader import GpuKernel, load_module, require, resolve, shape_key
+from workers.kernels.gpu.loader import (
+    GpuKernel,
+    load_module,
+    refuse_compiled,
+    refuse_unlaunchable,
+    require,
+    resolve,
+    shape_key,
+)
+from workers.kernels.resources import ResourceUse
 from workers.measure.gpu_energy import nvml_energy_readable
+from workers.measure.gpu_limits import local_device_limits
 from workers.measure.gpu_toolchain import (
     acf_ptxas_flags,
     format_version,
@@ -90,8 +100,25 @@ def _as_dtypes(args: tuple) -> tuple:
 
 
 def _resource_failure(exc: Exception) -> TrialFailure:
+    """Triton's OutOfResources (shared memory, registers or threads over the device's
+    limits) means the configuration cannot launch: infeasible, not a compile error."""
     text = f"{type(exc).__name__}: {exc}"
-    return TrialFailure(FailureReason.COMPILE_ERROR, text[:2000], log=text)
+    reason = FailureReason.INFEASIBLE if type(exc).__name__ == "OutOfResources" else FailureReason.COMPILE_ERROR
+    return TrialFailure(reason, text[:2000], log=text)
+
+
+def compiled_use(compiled: Any) -> ResourceUse:
+    """What a compiled kernel needs per block, from its metadata (shared memory, warps) and,
+    once loaded, its register count."""
+    metadata_ = getattr(compiled, "metadata", None)
+    shared = getattr(metadata_, "shared", None)
+    warps = getattr(metadata_, "num_warps", None)
+    registers = getattr(compiled, "n_regs", None)
+    return ResourceUse(
+        shared_bytes=shared if isinstance(shared, int) else None,
+        threads=warps * 32 if isinstance(warps, int) else None,
+        registers_per_thread=registers if isinstance(registers, int) and registers > 0 else None,
+    )
 
 
 class TritonBackend(Backend):
@@ -123,6 +150,7 @@ class TritonBackend(Backend):
             "energy": energy,
             "features": {"acf": supports_acf(version)},
             "gpu": torch.cuda.get_device_name(0),
+            "device_limits": _limits_dump(),
         }
 
     def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
@@ -144,6 +172,7 @@ class TritonBackend(Backend):
 
     def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
         resolved = resolve(kernel, config, self.name)
+        refuse_unlaunchable(kernel, resolved, local_device_limits())
         workdir.mkdir(parents=True, exist_ok=True)
         flags = acf_ptxas_flags(resolved.config.get("acf"), resolved.options, triton_ptxas()[1], workdir)
         module = load_module(resolved.source, workdir / SOURCE_DIR, "kernel")
@@ -188,10 +217,13 @@ class TritonBackend(Backend):
             raise _resource_failure(exc) from exc
         info = _kernel_info(compiled)
         info["compile_s"] = time.perf_counter() - started
+        limits = local_device_limits()
+        refuse_compiled(compiled_use(compiled), limits, "from the compiled kernel")
         try:
             compiled._init_handles()  # loads it: out-of-resource configurations fail here
         except Exception as exc:
             raise _resource_failure(exc) from exc
+        refuse_compiled(compiled_use(compiled), limits, "from the loaded kernel's registers")
         info.update(_kernel_info(compiled))
         return info
 
@@ -288,6 +320,11 @@ class TritonBackend(Backend):
         metrics, environment = measure_workload(shapes, objectives, settings)
         environment["throughput"] = _throughput(module, resolved, metrics)
         return metrics, environment
+
+
+def _limits_dump() -> dict[str, Any] | None:
+    limits = local_device_limits()
+    return limits.model_dump() if limits else None
 
 
 def _settings(settings: Any) -> MeasureSettings:

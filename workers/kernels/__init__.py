@@ -11,7 +11,11 @@ import importlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workers.contract import DeviceLimits
+    from workers.kernels.resources import ResourceModel, Violation
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,8 @@ class BuiltinKernel:
     # how each workload dim may vary in a validation's correctness shapes (free when absent;
     # fixed, power_of_2, multiple_of:N): see workers.validation_shapes
     shape_rules: dict[str, str] = field(default_factory=dict)
+    # what one thread block of a configuration uses on a GPU (workers.kernels.resources)
+    resources: ResourceModel | None = None
 
     def source_path(self) -> Path | None:
         return KERNELS_DIR / self.source_file if self.source_file else None
@@ -57,6 +63,21 @@ def register(kernel: BuiltinKernel) -> None:
 def get_builtin(backend: str, name: str) -> BuiltinKernel | None:
     _load_gpu_builtins()
     return BUILTINS.get((backend, name))
+
+
+def resource_violations(backend: str, name: str, config: dict[str, Any], shapes: list[dict[str, int]],
+                        limits: DeviceLimits) -> list[Violation]:
+    """The device limits the built-in `name` under `config` (its defaults filling the rest)
+    is over on any of `shapes`; empty when it fits or the built-in declares no model."""
+    from workers.kernels.resources import check
+
+    builtin = get_builtin(backend, name)
+    if builtin is None or builtin.resources is None:
+        return []
+    try:
+        return check(builtin.resources, {**builtin.default_config, **config}, shapes, limits)
+    except (KeyError, TypeError, ValueError):  # a shape or value the model cannot read: the compiler decides
+        return []
 
 
 def all_builtins() -> list[BuiltinKernel]:

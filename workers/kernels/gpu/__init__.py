@@ -4,7 +4,7 @@ backends import the kernels' harnesses when they run them."""
 
 from __future__ import annotations
 
-from workers.kernels import BuiltinKernel, register
+from workers.kernels import BuiltinKernel, register, resources
 
 GEMM_SPACE = [
     {"name": "BLOCK_M", "type": "categorical", "choices": [64, 128, 256]},
@@ -35,6 +35,7 @@ register(
             "to sweep exhaustively); GROUP_M is fixed at 8."
         ),
         options={"constants": {"GROUP_M": 8}},
+        resources=resources.gemm_bf16,
     )
 )
 
@@ -73,6 +74,7 @@ register(
             "mixes 2k-token batches with 8k-token single prompts."
         ),
         shape_rules={"head_dim": "fixed", "causal": "fixed"},  # head_dim: a tl.arange extent
+        resources=resources.attention_fwd,
     )
 )
 
@@ -108,5 +110,6 @@ register(
         ),
         options={"harness": "workers.kernels.gpu.rmsnorm"},
         shape_rules={"cols": "multiple_of:8"},  # 16-byte vectors of bf16
+        resources=resources.rmsnorm,
     )
 )

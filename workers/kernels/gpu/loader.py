@@ -26,7 +26,8 @@ from types import ModuleType
 from typing import Any
 
 from workers.backends.base import TrialFailure
-from workers.contract import FailureReason, KernelSpec, WorkloadShape
+from workers.contract import DeviceLimits, FailureReason, KernelSpec, WorkloadShape
+from workers.kernels.resources import ResourceUse, describe, violations
 
 
 @dataclass
@@ -136,3 +137,27 @@ def require(module: ModuleType, names: tuple[str, ...]) -> None:
             FailureReason.ERROR,
             f"the kernel harness lacks {', '.join(missing)} (see docs/measurement.md)",
         )
+
+
+def refuse_unlaunchable(kernel: KernelSpec, resolved: GpuKernel, limits: DeviceLimits | None) -> None:
+    """Fail a built-in's configuration that its resource model puts over this device's
+    limits, before anything is compiled (workers.kernels.resources). `options.resource_model:
+    false` leaves it to the compiler (a sweep that checks the model does)."""
+    if not kernel.builtin or limits is None or resolved.options.get("resource_model") is False:
+        return
+    from workers.kernels import resource_violations
+
+    shapes = [w.dims for w in resolved.workload]
+    found = resource_violations(resolved.backend, kernel.builtin, resolved.config, shapes, limits)
+    if found:
+        raise TrialFailure(FailureReason.INFEASIBLE, describe(found, limits) + " (refused before compiling)")
+
+
+def refuse_compiled(use: ResourceUse, limits: DeviceLimits | None, what: str) -> None:
+    """Fail a compiled kernel whose own figures (shared memory, registers, threads) are over
+    this device's limits, before it is launched."""
+    if limits is None:
+        return
+    found = violations(use, limits)
+    if found:
+        raise TrialFailure(FailureReason.INFEASIBLE, describe(found, limits) + f" ({what})")

@@ -16,19 +16,22 @@ export function stateBadge(state) {
 export function progressBar(progress, { compact = false } = {}) {
   const { max_trials: max, completed, failed, cancelled, in_flight: flight } = progress;
   const screenedOut = progress.screened_out || 0;
+  // infeasible trials a study does not count against max_trials are not part of its budget
+  const uncounted = progress.infeasible_counted === false ? progress.infeasible || 0 : 0;
   const pct = (n) => `${Math.min(100, (n / Math.max(1, max)) * 100)}%`;
-  const done = completed + failed + cancelled + screenedOut;
+  const done = completed + failed + cancelled + screenedOut - uncounted;
   return h("div", { class: ["progress", compact && "progress-compact"] },
-    h("div", { class: "progress-track", title: `${completed} completed, ${screenedOut} screened out, ${failed} failed, ${cancelled} cancelled, ${flight} in flight of ${max}` },
+    h("div", { class: "progress-track", title: `${completed} completed, ${screenedOut} screened out, ${failed} failed (${progress.infeasible || 0} cannot launch${uncounted ? ", not counted" : ""}), ${cancelled} cancelled, ${flight} in flight of ${max}` },
       h("span", { class: "seg seg-completed", style: { width: pct(completed) } }),
       h("span", { class: "seg seg-screened", style: { width: pct(screenedOut) } }),
-      h("span", { class: "seg seg-failed", style: { width: pct(failed) } }),
+      h("span", { class: "seg seg-failed", style: { width: pct(failed - uncounted) } }),
       h("span", { class: "seg seg-cancelled", style: { width: pct(cancelled) } }),
       h("span", { class: "seg seg-flight", style: { width: pct(flight) } })),
     h("div", { class: "progress-label" },
       h("span", { class: "num", dataset: { completed } }, done.toLocaleString("en-US")),
       h("span", { class: "muted" }, ` / ${max.toLocaleString("en-US")}`),
       !compact && failed ? h("span", { class: "muted" }, ` · ${failed} failed`) : null,
+      !compact && progress.infeasible ? h("span", { class: "muted" }, ` · ${progress.infeasible} cannot launch`) : null,
       flight ? h("span", { class: "muted" }, ` · ${flight} in flight`) : null));
 }
 
