@@ -117,6 +117,15 @@ def test_the_gemm_space_is_split_as_the_sweep_found() -> None:
     assert len(sweep["rows"]) == 270 and refused == failed and len(failed) == 74
 
 
+def test_the_attention_space_is_split_as_its_sweep_found() -> None:
+    """The attention kernel's exhaustive sweep on the H200 (recorded after the model was
+    written): exactly the configurations that failed to compile are refused."""
+    sweep = json.loads((RESULTS / "gpu_raw_2026-11-30" / "attention_sweep" / "sweep.json").read_text())
+    failed = {json.dumps(r["config"], sort_keys=True) for r in sweep["rows"] if r["status"] != "completed"}
+    refused = {json.dumps(r["config"], sort_keys=True) for r in sweep["rows"] if predicted("attention", r["config"])}
+    assert len(sweep["rows"]) == 96 and refused == failed and len(failed) == 8
+
+
 def test_rmsnorm_uses_one_float_per_warp_and_its_block_of_threads() -> None:
     builtin = get_builtin("cuda", "rmsnorm")
     assert builtin is not None and builtin.resources is not None
