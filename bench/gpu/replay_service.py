@@ -14,7 +14,11 @@ measurements of one configuration, taken as 2.33 standard deviations).
 A study "reaches 2%" at the first trial after which its best observed runtime belongs to a
 configuration whose recorded runtime is within 2% of the sweep's best.
 
-    python bench/gpu/replay_service.py --seeds 50 --jobs 2 [--settings a,b] [--out table.md]
+    python bench/gpu/replay_service.py --seeds 50 --jobs 2 [--settings a,b] [--json outcomes.json]
+    python bench/gpu/replay_service.py --kernel attention_fwd --sweep SWEEP.json ...  # another built-in
+
+A built-in other than the GEMM needs its recorded sweep (bench/gpu/sweep.py --kernel NAME);
+its noise comes from the five baseline repeats in bench/results/gpu_<kernel>.json.
 """
 
 from __future__ import annotations
@@ -34,9 +38,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-SWEEP = REPO / "bench/results/gpu_raw_2026-11-29/sweep.json"
-REPEATS = REPO / "bench/results/gpu_gemm_bf16.json"  # the latest run's five repeats of the baseline
+SWEEP = REPO / "bench/results/gpu_raw_2026-11-29/sweep.json"  # the GEMM's
 OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]
+
+
+def repeats_file(kernel: str) -> Path:
+    return REPO / f"bench/results/gpu_{kernel}.json"  # the latest run's five repeats of the baseline
 SIGMAS_PER_RANGE_OF_FIVE = 2.326  # expected (max - min) / sigma of five normal draws
 TRIALS = 67
 WITHIN = 0.02
@@ -70,6 +77,36 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "name": "tpe",
         "options": {"n_startup_trials": 5, "multivariate": True, "constant_liar": True},
     },
+    # numeric choices shown to the sampler in order (sampler.ordered_choices), and `auto`
+    "auto": {"name": "auto"},
+    "nsga2_pop6": {"name": "nsga2", "options": {"population_size": 6}},
+    "nsga2_pop4_ord": {"name": "nsga2", "options": {"population_size": 4}, "ordered_choices": True},
+    "nsga2_pop6_ord": {"name": "nsga2", "options": {"population_size": 6}, "ordered_choices": True},
+    "nsga2_pop8_ord": {"name": "nsga2", "options": {"population_size": 8}, "ordered_choices": True},
+    "nsga2_pop10_ord": {"name": "nsga2", "options": {"population_size": 10}, "ordered_choices": True},
+    "nsga2_pop6_ord_poly": {
+        "name": "nsga2", "options": {"population_size": 6, "mutation": "polynomial"}, "ordered_choices": True,
+    },
+    "nsga2_pop10_ord_poly": {
+        "name": "nsga2", "options": {"population_size": 10, "mutation": "polynomial"}, "ordered_choices": True,
+    },
+    "nsga2_pop6_ord_sbx": {"name": "nsga2", "options": {"population_size": 6, "crossover": "sbx"},
+                           "ordered_choices": True},
+    "nsga2_pop6_ord_blx": {"name": "nsga2", "options": {"population_size": 6, "crossover": "blxalpha"},
+                           "ordered_choices": True},
+    "nsga2_pop6_ord_sbx_poly": {
+        "name": "nsga2", "options": {"population_size": 6, "crossover": "sbx", "mutation": "polynomial"},
+        "ordered_choices": True,
+    },
+    "tpe_start10_ord": {"name": "tpe", "options": {"n_startup_trials": 10}, "ordered_choices": True},
+    "tpe_start5_mv_ord": {"name": "tpe", "options": {"n_startup_trials": 5, "multivariate": True},
+                          "ordered_choices": True},
+    "tpe_start10_mv_ord": {"name": "tpe", "options": {"n_startup_trials": 10, "multivariate": True},
+                           "ordered_choices": True},
+    "tpe_start10_mv_liar_ord": {
+        "name": "tpe", "options": {"n_startup_trials": 10, "multivariate": True, "constant_liar": True},
+        "ordered_choices": True,
+    },
 }
 
 
@@ -77,15 +114,15 @@ def config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def load_sweep() -> tuple[dict[str, dict[str, float] | None], float]:
-    rows = json.loads(SWEEP.read_text())["rows"]
+def load_sweep(sweep: Path) -> tuple[dict[str, dict[str, float] | None], float]:
+    rows = json.loads(sweep.read_text())["rows"]
     table = {config_key(r["config"]): (r["values"] if r.get("values") else None) for r in rows}
     best = min(v["runtime_ms"] for v in table.values() if v)
     return table, best
 
 
-def noise_sigmas() -> dict[str, float]:
-    summary = json.loads(REPEATS.read_text())
+def noise_sigmas(kernel: str) -> dict[str, float]:
+    summary = json.loads(repeats_file(kernel).read_text())
     return {name: summary["repeats"][f"{name}_spread"] / SIGMAS_PER_RANGE_OF_FIVE for name in OBJECTIVES}
 
 
@@ -93,7 +130,7 @@ def noise_sigmas() -> dict[str, float]:
 
 
 class Replayer:
-    def __init__(self) -> None:
+    def __init__(self, kernel: str, sweep: Path) -> None:
         from fastapi.testclient import TestClient
 
         from service.accounts import tokens as auth
@@ -101,9 +138,11 @@ class Replayer:
         from service.config import Settings
         from service.store.db import Database
         from service.store.migrate import upgrade
+        from workers.kernels import all_builtins
 
-        self.table, self.best = load_sweep()
-        self.sigmas = noise_sigmas()
+        self.kernel = {"backend": next(k.backend for k in all_builtins() if k.name == kernel), "builtin": kernel}
+        self.table, self.best = load_sweep(sweep)
+        self.sigmas = noise_sigmas(kernel)
         self.stack = ExitStack()
         work = Path(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="paretune-replay-")))
         url = f"sqlite:///{work / 'replay.db'}"
@@ -117,7 +156,7 @@ class Replayer:
         self.admin = {"Authorization": f"Bearer {admin}"}
         token = self._post("/v1/tokens", {"name": "w", "kind": "worker", "pool": "replay"}, self.admin)["token"]
         self.worker_headers = {"Authorization": f"Bearer {token}"}
-        fingerprint = {"backends": ["triton"], "energy": True, "gpu_name": "replay", "gpu_count": 1}
+        fingerprint = {"backends": [self.kernel["backend"]], "energy": True, "gpu_name": "replay", "gpu_count": 1}
         registered = self._post(
             "/v1/workers/register",
             {"name": "replay", "pool": "replay", "fingerprint": fingerprint},
@@ -153,7 +192,7 @@ class Replayer:
         rng = random.Random(seed * 7919 + 1)
         doc = {
             "name": f"replay {sampler['name']} {seed}",
-            "kernel": {"backend": "triton", "builtin": "gemm_bf16"},
+            "kernel": self.kernel,
             "objectives": OBJECTIVES,
             "sampler": {**sampler, "seed": seed},
             "budget": {"max_trials": trials},
@@ -206,14 +245,17 @@ class Replayer:
 _REPLAYER: Replayer | None = None
 
 
-def _job(job: tuple[str, int, int, int]) -> tuple[str, int, dict[str, Any]]:
+def _job(job: tuple[str, int, int, int, str, str]) -> tuple[str, int, dict[str, Any]]:
     global _REPLAYER
-    name, seed, trials, parallelism = job
+    name, seed, trials, parallelism, kernel, sweep = job
     if _REPLAYER is None:
+        import warnings
+
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        _REPLAYER = Replayer()
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        _REPLAYER = Replayer(kernel, Path(sweep))
     return name, seed, _REPLAYER.outcome(_REPLAYER.study(SETTINGS[name], seed, trials, parallelism))
 
 
@@ -238,6 +280,8 @@ def table_markdown(results: dict[str, list[dict[str, Any]]], trials: int) -> str
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--kernel", default="gemm_bf16")
+    parser.add_argument("--sweep", default=str(SWEEP), help="the kernel's recorded sweep (bench/gpu/sweep.py)")
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--seed-list", default="", help="explicit seeds, comma separated (overrides --seeds)")
     parser.add_argument("--trials", type=int, default=TRIALS)
@@ -247,7 +291,7 @@ def main() -> None:
     args = parser.parse_args()
     names = args.settings.split(",")
     seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
-    jobs = [(name, seed, args.trials, args.parallelism) for name in names for seed in seeds]
+    jobs = [(name, seed, args.trials, args.parallelism, args.kernel, args.sweep) for name in names for seed in seeds]
     started = time.monotonic()
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     raw: list[dict[str, Any]] = []
@@ -255,9 +299,10 @@ def main() -> None:
         for name, seed, outcome in pool.imap_unordered(_job, jobs):
             results[name].append(outcome)
             raw.append({"setting": name, "seed": seed, **outcome})
-    _, best = load_sweep()
+    _, best = load_sweep(Path(args.sweep))
+    sigmas = {k: round(v, 4) for k, v in noise_sigmas(args.kernel).items()}
     print(
-        f"sweep best {best:.4f} ms; noise sigmas {json.dumps({k: round(v, 4) for k, v in noise_sigmas().items()})};"
+        f"{args.kernel}: sweep best {best:.4f} ms; noise sigmas {json.dumps(sigmas)};"
         f" {len(seeds)} seeds, {args.trials} trials, parallelism {args.parallelism};"
         f" {time.monotonic() - started:.0f} s\n"
     )
