@@ -130,7 +130,7 @@ def noise_sigmas(kernel: str) -> dict[str, float]:
 
 
 class Replayer:
-    def __init__(self, kernel: str, sweep: Path) -> None:
+    def __init__(self, kernel: str, sweep: Path, warm_sweep: Path | None = None) -> None:
         from fastapi.testclient import TestClient
 
         from service.accounts import tokens as auth
@@ -142,6 +142,8 @@ class Replayer:
 
         self.kernel = {"backend": next(k.backend for k in all_builtins() if k.name == kernel), "builtin": kernel}
         self.table, self.best = load_sweep(sweep)
+        self.warm_table = load_sweep(warm_sweep)[0] if warm_sweep else None
+        self.last_study_id = 0
         self.sigmas = noise_sigmas(kernel)
         self.stack = ExitStack()
         work = Path(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="paretune-replay-")))
@@ -180,15 +182,19 @@ class Replayer:
             raise RuntimeError(f"lease: {response.status_code} {response.text[:500]}")
         return response.json()  # type: ignore[no-any-return]
 
-    def _measure(self, config: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-        values = self.table[config_key(config)]
+    def _measure(self, config: dict[str, Any], rng: random.Random,
+                 table: dict[str, dict[str, float] | None]) -> dict[str, Any]:
+        values = table[config_key(config)]
         if values is None:
             return {"status": "failed", "failure_reason": "compile_error", "message": "recorded as failed"}
         metrics = {name: {"value": values[name] * (1 + rng.gauss(0, self.sigmas[name]))} for name in OBJECTIVES}
         return {"status": "completed", "metrics": metrics}
 
-    def study(self, sampler: dict[str, Any], seed: int, trials: int, parallelism: int) -> list[dict[str, Any]]:
-        """Run one study; the trials in the order the service created them."""
+    def study(self, sampler: dict[str, Any], seed: int, trials: int, parallelism: int,
+              table: dict[str, dict[str, float] | None] | None = None) -> list[dict[str, Any]]:
+        """Run one study (measured from `table`, else the sweep); the trials in the order the
+        service created them. Its id is left in `last_study_id`."""
+        table = self.table if table is None else table
         rng = random.Random(seed * 7919 + 1)
         doc = {
             "name": f"replay {sampler['name']} {seed}",
@@ -199,12 +205,12 @@ class Replayer:
             "parallelism": parallelism,
             "pool": "replay",
         }
-        study_id = self._post("/v1/studies", doc, self.admin)["id"]
+        study_id = self.last_study_id = self._post("/v1/studies", doc, self.admin)["id"]
         held: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (token, trial, result), oldest first
         done: dict[int, dict[str, Any]] = {}
         while True:
             while len(held) < 2 and (lease := self._lease()) is not None:
-                result = self._measure(lease["trial"]["config"], rng)
+                result = self._measure(lease["trial"]["config"], rng, table)
                 if result["status"] == "failed":  # the compile step reports it at once
                     self._post(f"/v1/leases/{lease['token']}/result", result, self.worker_headers)
                     done[lease["trial"]["number"]] = {"config": lease["trial"]["config"], "runtime_ms": None}
@@ -245,9 +251,10 @@ class Replayer:
 _REPLAYER: Replayer | None = None
 
 
-def _job(job: tuple[str, int, int, int, str, str]) -> tuple[str, int, dict[str, Any]]:
+def _job(job: tuple[str, int, dict[str, Any]]) -> tuple[str, int, dict[str, Any]]:
     global _REPLAYER
-    name, seed, trials, parallelism, kernel, sweep = job
+    name, seed, run = job
+    trials, parallelism = run["trials"], run["parallelism"]
     if _REPLAYER is None:
         import warnings
 
@@ -255,8 +262,14 @@ def _job(job: tuple[str, int, int, int, str, str]) -> tuple[str, int, dict[str, 
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        _REPLAYER = Replayer(kernel, Path(sweep))
-    return name, seed, _REPLAYER.outcome(_REPLAYER.study(SETTINGS[name], seed, trials, parallelism))
+        _REPLAYER = Replayer(run["kernel"], Path(run["sweep"]), Path(run["warm_sweep"]) if run["warm_sweep"] else None)
+    sampler = SETTINGS[name]
+    if _REPLAYER.warm_table is not None:  # an earlier study of the kernel, measured from the other sweep
+        earlier = SETTINGS[run["warm_setting"] or name]
+        _REPLAYER.study(earlier, seed + 1000, trials, parallelism, _REPLAYER.warm_table)
+        warm = {"studies": [_REPLAYER.last_study_id], "trials": run["warm_trials"]}
+        sampler = {**sampler, "warm_start": warm}
+    return name, seed, _REPLAYER.outcome(_REPLAYER.study(sampler, seed, trials, parallelism))
 
 
 def table_markdown(results: dict[str, list[dict[str, Any]]], trials: int) -> str:
@@ -288,10 +301,16 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=max(1, multiprocessing.cpu_count()))
     parser.add_argument("--json", default="", help="write every study's outcome here")
+    parser.add_argument("--warm-sweep", default="",
+                        help="warm start each study from an earlier study measured from this sweep (another shape)")
+    parser.add_argument("--warm-trials", type=int, default=4, help="sampler.warm_start.trials")
+    parser.add_argument("--warm-setting", default="", help="the earlier study's setting (default: the same)")
     args = parser.parse_args()
     names = args.settings.split(",")
     seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
-    jobs = [(name, seed, args.trials, args.parallelism, args.kernel, args.sweep) for name in names for seed in seeds]
+    run = {"trials": args.trials, "parallelism": args.parallelism, "kernel": args.kernel, "sweep": args.sweep,
+           "warm_sweep": args.warm_sweep, "warm_trials": args.warm_trials, "warm_setting": args.warm_setting}
+    jobs = [(name, seed, run) for name in names for seed in seeds]
     started = time.monotonic()
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     raw: list[dict[str, Any]] = []
@@ -304,7 +323,9 @@ def main() -> None:
     print(
         f"{args.kernel}: sweep best {best:.4f} ms; noise sigmas {json.dumps(sigmas)};"
         f" {len(seeds)} seeds, {args.trials} trials, parallelism {args.parallelism};"
-        f" {time.monotonic() - started:.0f} s\n"
+        + (f" warm start: {args.warm_trials} from a study ({args.warm_setting or 'same setting'}) on {args.warm_sweep};"
+           if args.warm_sweep else "")
+        + f" {time.monotonic() - started:.0f} s\n"
     )
     print(table_markdown(results, args.trials))
     if args.json:

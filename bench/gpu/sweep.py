@@ -8,7 +8,10 @@ file names other configurations (e.g. a study's best), those and the sweep's bes
 measured head to head, interleaved, for a like-for-like comparison on this GPU.
 
     python3 bench/gpu/sweep.py --kernel gemm_bf16 --cache DIR --out sweep.json \
-        [--deadline-s 400] [--versus FILE --versus-wait-s 120]
+        [--deadline-s 400] [--versus FILE --versus-wait-s 120] [--workload '[{"dims": {...}}]']
+
+--workload replaces the built-in's shapes (a JSON list of {"dims": {...}, "weight": w}), e.g.
+to sweep the GEMM at another shape for a warm-start replay.
 """
 
 from __future__ import annotations
@@ -55,10 +58,12 @@ class Harness:
         cache: ArtifactCache,
         settings: MeasureSettings,
         known_failures: dict[str, str] | None = None,
+        workload: list[dict[str, Any]] | None = None,
     ) -> None:
         self.known_failures = known_failures or {}
         self.backend = get_backend(backend_name)
-        self.spec = KernelSpec(backend=backend_name, builtin=builtin)
+        self.spec = KernelSpec.model_validate({"backend": backend_name, "builtin": builtin,
+                                               **({"workload": workload} if workload else {})})
         self.cache = cache
         self.settings = settings
 
@@ -165,6 +170,7 @@ def main() -> None:
     parser.add_argument("--failures", default=None, help="JSON {cache_key: message}")
     parser.add_argument("--objectives", default=",".join(OBJECTIVES))
     parser.add_argument("--settings", default=None, help="measurement settings as JSON (default: the sweep's)")
+    parser.add_argument("--workload", default=None, help="shapes as JSON (default: the built-in's)")
     args = parser.parse_args()
     OBJECTIVES[:] = args.objectives.split(",")
     started = time.monotonic()
@@ -179,7 +185,8 @@ def main() -> None:
         )
     )
     failures = json.loads(Path(args.failures).read_text()) if args.failures else {}
-    harness = Harness(args.backend, args.kernel, ArtifactCache(Path(args.cache)), settings, failures)
+    workload = json.loads(args.workload) if args.workload else None
+    harness = Harness(args.backend, args.kernel, ArtifactCache(Path(args.cache)), settings, failures, workload)
     if args.only_versus:
         configs = json.loads(Path(args.versus).read_text())
         result: dict[str, Any] = {"kernel": args.kernel, "settings": settings.model_dump(), "started": time.time()}
@@ -197,6 +204,7 @@ def main() -> None:
     report: dict[str, Any] = {
         "kernel": args.kernel,
         "space_size": len(points),
+        "workload": workload or builtin.workload,
         "settings": settings.model_dump(),
         "rows": [],
     }

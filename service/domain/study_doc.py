@@ -80,6 +80,17 @@ class Kernel(StrictModel):
         return self
 
 
+class WarmStart(StrictModel):
+    """Configurations measured right after the baseline, before the sampler proposes: the
+    front of earlier studies of the same kernel (other shapes, an older toolchain), best
+    first, and configurations given here. A parameter a configuration leaves out takes the
+    baseline's value."""
+
+    studies: list[int] = Field(default_factory=list, max_length=20)
+    trials: int = Field(default=4, ge=0, le=100)  # at most this many from `studies`
+    configs: list[dict[ShortText, Scalar]] = Field(default_factory=list, max_length=100)
+
+
 class Sampler(StrictModel):
     name: str = "auto"
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
@@ -87,6 +98,7 @@ class Sampler(StrictModel):
     # numeric categorical choices shown to the sampler in ascending order (SearchSpace.sampler_view);
     # when left out: true for `auto`, false for a named sampler
     ordered_choices: bool | None = None
+    warm_start: WarmStart | None = None
 
     @field_validator("name")
     @classmethod
@@ -248,6 +260,15 @@ def resolve_baseline(space: SearchSpace, given: dict[str, Any] | None,
             raise DocumentError(field, f"baseline value for {param.name!r}: {problem}")
         baseline[param.name] = value
     return baseline
+
+
+def warm_config(space: SearchSpace, given: dict[str, Any], baseline: dict[str, Any], field: str) -> dict[str, Any]:
+    """A warm-start configuration made whole with the baseline's values, or why it is not one."""
+    for key, value in given.items():
+        problem = space.value_problem(key, value)
+        if problem:
+            raise DocumentError(f"{field}.{key}", f"warm-start configuration: {problem}")
+    return {name: given.get(name, baseline[name]) for name in space.names}
 
 
 def check_grid(space: SearchSpace) -> int:

@@ -80,6 +80,7 @@ class Mirror:
         self.next_number = 0  # every trial numbered below is known
         if study.n_created == 0:
             self.optuna.enqueue_trial(self.view.to_sampler(doc["baseline"]))
+        self.warm: list[dict[str, Any]] = (sampler.get("warm_start") or {}).get("configs", [])  # trials 1, 2, ...
 
     def sync(self, session: Session) -> None:
         """Learn the trials created by other replicas' steps and those finished since."""
@@ -102,6 +103,8 @@ class Mirror:
         The refused proposal is told as failed, which every sampler ignores."""
         if self.is_grid and number > 0:
             self._enqueue_grid_point(number - 1)
+        elif 0 < number <= len(self.warm) and config_key(self.warm[number - 1]) not in self.seen:
+            self.optuna.enqueue_trial(self.view.to_sampler(self.warm[number - 1]))
         for attempt in range(MAX_REASKS):
             trial = self.optuna.ask(self.distributions)
             if not self._is_repeat(trial) or attempt == MAX_REASKS - 1:

@@ -71,6 +71,12 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
         reference_point=sd.reference_point(doc, objectives),
     )
     normalised["sampler"].update(name=sampler, options=options, ordered_choices=ordered)
+    warm = normalised["sampler"].get("warm_start")
+    if warm is not None:
+        if sampler == "grid":
+            raise sd.DocumentError("sampler.warm_start", "the grid sampler walks the whole grid: leave warm_start out")
+        warm["configs"] = [sd.warm_config(space, c, baseline, f"sampler.warm_start.configs.{i}")
+                           for i, c in enumerate(warm["configs"])]
     energy = {o["name"] for o in objectives} & ENERGY_METRICS
     if energy and kernel.backend in GPU_BACKENDS and "hot_window_s" not in doc.measure.model_fields_set:
         normalised["measure"]["hot_window_s"] = ENERGY_HOT_WINDOW_S
