@@ -45,6 +45,8 @@ MAX_OPTION_KEYS = 64
 MAX_WALL_TIME_S = 90 * 86_400.0
 
 ShortText = Annotated[str, Field(max_length=MAX_STRING)]
+MAX_WARM_STUDIES = 20
+MAX_WARM_CONFIGS = 100
 
 
 class Objective(StrictModel):
@@ -86,9 +88,9 @@ class WarmStart(StrictModel):
     first, and configurations given here. A parameter a configuration leaves out takes the
     baseline's value."""
 
-    studies: list[int] = Field(default_factory=list, max_length=20)
-    trials: int = Field(default=4, ge=0, le=100)  # at most this many from `studies`
-    configs: list[dict[ShortText, Scalar]] = Field(default_factory=list, max_length=100)
+    studies: list[int] = Field(default_factory=list, max_length=MAX_WARM_STUDIES)
+    trials: int = Field(default=4, ge=0, le=MAX_WARM_CONFIGS)  # at most this many from `studies`
+    configs: list[dict[ShortText, Scalar]] = Field(default_factory=list, max_length=MAX_WARM_CONFIGS)
 
 
 class Sampler(StrictModel):
