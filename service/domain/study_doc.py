@@ -88,7 +88,8 @@ class WarmStart(StrictModel):
     first, and configurations given here. A parameter a configuration leaves out takes the
     baseline's value."""
 
-    studies: list[int] = Field(default_factory=list, max_length=MAX_WARM_STUDIES)
+    studies: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(default_factory=list,
+                                                                    max_length=MAX_WARM_STUDIES)
     trials: int = Field(default=4, ge=0, le=MAX_WARM_CONFIGS)  # at most this many from `studies`
     configs: list[dict[ShortText, Scalar]] = Field(default_factory=list, max_length=MAX_WARM_CONFIGS)
 
