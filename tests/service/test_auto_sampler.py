@@ -35,7 +35,7 @@ def documented_auto(objectives: str) -> dict[str, Any]:
 
 def stored_sampler(api: Api, study_id: int) -> dict[str, Any]:
     doc = api.client.get(f"/v1/studies/{study_id}", headers=api.admin).json()["document"]
-    return {k: v for k, v in doc["sampler"].items() if k != "seed"}
+    return {k: v for k, v in doc["sampler"].items() if k != "seed" and v is not None}
 
 
 def configs(api: Api, study_id: int) -> list[dict[str, Any]]:
@@ -94,9 +94,10 @@ def test_the_sampler_sees_indexes_and_workers_the_choice_values(api: Api) -> Non
 
 @pytest.mark.parametrize("objectives", [["f1", "f2"], ["f1"]])
 def test_a_seeded_auto_study_proposes_the_same_configurations(api: Api, objectives: list[str]) -> None:
+    # one trial at a time, so that every proposal follows the same tells whatever the timing
     def run(seed: int) -> list[dict[str, Any]]:
         study = api.create_study(space=SPACE, objectives=objectives, sampler={"name": "auto", "seed": seed},
-                                 budget={"max_trials": 20}, parallelism=2)
+                                 budget={"max_trials": 20}, parallelism=1)
         api.run_worker(api.worker(), result_for)
         return configs(api, study["id"])
 
