@@ -248,11 +248,10 @@ def ordered_choices(param: Any) -> list[Any] | None:
     every one is a number (not a bool) unequal to the others; else None."""
     if not isinstance(param, CategoricalParam) or len(param.choices) < 2:
         return None
-    if any(isinstance(c, bool) or not isinstance(c, int | float) for c in param.choices):
-        return None
-    if len({float(c) for c in param.choices}) != len(param.choices):  # 1 and 1.0 compare equal
-        return None
-    return sorted(param.choices)  # type: ignore[type-var]
+    numbers = [c for c in param.choices if isinstance(c, int | float) and not isinstance(c, bool)]
+    if len(numbers) != len(param.choices) or len({float(c) for c in numbers}) != len(numbers):
+        return None  # not all numbers, or two equal as numbers (1 and 1.0)
+    return sorted(numbers)
 
 
 class SamplerView:
