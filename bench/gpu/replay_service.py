@@ -172,9 +172,9 @@ class Replayer:
             raise RuntimeError(f"POST {path}: {response.status_code} {response.text[:500]}")
         return response.json() if response.status_code != 204 else None
 
-    def _lease(self) -> dict[str, Any] | None:
+    def _lease(self, wait_s: float = 0.0) -> dict[str, Any] | None:
         response = self.client.post(
-            "/v1/leases", json={"worker_id": self.worker_id, "wait_s": 0}, headers=self.worker_headers
+            "/v1/leases", json={"worker_id": self.worker_id, "wait_s": wait_s}, headers=self.worker_headers
         )
         if response.status_code == 204:
             return None
@@ -209,7 +209,7 @@ class Replayer:
         held: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (token, trial, result), oldest first
         done: dict[int, dict[str, Any]] = {}
         while True:
-            while len(held) < 2 and (lease := self._lease()) is not None:
+            while len(held) < 2 and (lease := self._lease() or self._lease_when_idle(study_id, held)) is not None:
                 result = self._measure(lease["trial"]["config"], rng, table)
                 if result["status"] == "failed":  # the compile step reports it at once
                     self._post(f"/v1/leases/{lease['token']}/result", result, self.worker_headers)
@@ -225,6 +225,18 @@ class Replayer:
         if state == "running":
             raise RuntimeError(f"study {study_id} still running with nothing to lease")
         return [done[n] for n in sorted(done)]
+
+    def _lease_when_idle(self, study_id: int, held: list[Any]) -> dict[str, Any] | None:
+        """With nothing in hand, wait for the study's next trial (the scheduling step that
+        queues it runs in the background, and lags under load) unless the study has ended."""
+        if held:
+            return None
+        for _ in range(30):
+            if self.client.get(f"/v1/studies/{study_id}", headers=self.admin).json()["state"] != "running":
+                return None
+            if (lease := self._lease(wait_s=2.0)) is not None:
+                return lease
+        return None
 
     def outcome(self, trials: list[dict[str, Any]]) -> dict[str, Any]:
         """Trials until the best observed runtime is a configuration within 2% of the sweep's best."""
@@ -318,6 +330,8 @@ def main() -> None:
         for name, seed, outcome in pool.imap_unordered(_job, jobs):
             results[name].append(outcome)
             raw.append({"setting": name, "seed": seed, **outcome})
+            if args.json and len(raw) % 10 == 0:  # a stop leaves what was done
+                Path(args.json).write_text(json.dumps(raw))
     _, best = load_sweep(Path(args.sweep))
     sigmas = {k: round(v, 4) for k, v in noise_sigmas(args.kernel).items()}
     print(
