@@ -115,7 +115,9 @@ def config_key(config: dict[str, Any]) -> str:
 
 
 def load_sweep(sweep: Path) -> tuple[dict[str, dict[str, float] | None], float]:
-    rows = json.loads(sweep.read_text())["rows"]
+    """A sweep's configurations and recorded values (None: failed), from one file or the
+    comma-separated files of its slices (sweep.py --shard)."""
+    rows = [row for part in str(sweep).split(",") for row in json.loads(Path(part).read_text())["rows"]]
     table = {config_key(r["config"]): (r["values"] if r.get("values") else None) for r in rows}
     best = min(v["runtime_ms"] for v in table.values() if v)
     return table, best
@@ -136,12 +138,16 @@ class Replayer:
         from service.accounts import tokens as auth
         from service.app import create_app
         from service.config import Settings
+        from service.domain.space import SearchSpace
         from service.store.db import Database
         from service.store.migrate import upgrade
         from workers.kernels import all_builtins
 
         self.kernel = {"backend": next(k.backend for k in all_builtins() if k.name == kernel), "builtin": kernel}
         self.table, self.best = load_sweep(sweep)
+        size = SearchSpace.parse(next(k.space for k in all_builtins() if k.name == kernel)).grid_size()
+        if len(self.table) != size:
+            raise SystemExit(f"{sweep} holds {len(self.table)} of the {size} configurations of {kernel}'s space")
         self.warm_table = load_sweep(warm_sweep)[0] if warm_sweep else None
         self.last_study_id = 0
         self.sigmas = noise_sigmas(kernel)

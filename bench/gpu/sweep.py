@@ -10,6 +10,8 @@ measured head to head, interleaved, for a like-for-like comparison on this GPU.
     python3 bench/gpu/sweep.py --kernel gemm_bf16 --cache DIR --out sweep.json \
         [--deadline-s 400] [--versus FILE --versus-wait-s 120] [--workload '[{"dims": {...}}]']
 
+--shard K/N sweeps the K-th of N slices of the (shuffled) space, so that a large space
+(RMSNorm: 1,152 points) fits several shorter runs; the replay reads the slices' files together.
 --workload replaces the built-in's shapes (a JSON list of {"dims": {...}, "weight": w}), e.g.
 to sweep the GEMM at another shape for a warm-start replay.
 """
@@ -171,6 +173,7 @@ def main() -> None:
     parser.add_argument("--objectives", default=",".join(OBJECTIVES))
     parser.add_argument("--settings", default=None, help="measurement settings as JSON (default: the sweep's)")
     parser.add_argument("--workload", default=None, help="shapes as JSON (default: the built-in's)")
+    parser.add_argument("--shard", default="0/1", help="K/N: only the K-th of N slices of the shuffled space")
     args = parser.parse_args()
     OBJECTIVES[:] = args.objectives.split(",")
     started = time.monotonic()
@@ -200,10 +203,13 @@ def main() -> None:
         return
     points = space_points(builtin.space)
     random.Random(args.seed).shuffle(points)
+    shard, shards = (int(part) for part in args.shard.split("/"))
+    points = points[shard::shards]
     out = Path(args.out)
     report: dict[str, Any] = {
         "kernel": args.kernel,
         "space_size": len(points),
+        "shard": args.shard,
         "workload": workload or builtin.workload,
         "settings": settings.model_dump(),
         "rows": [],
