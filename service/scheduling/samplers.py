@@ -111,7 +111,7 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bo
 # document's sampler.ordered_choices). Chosen by replaying recorded GPU sweeps through the
 # service, bench/results/gpu_gemm_replay_auto.md; options a document gives with `auto` are
 # laid over these.
-AUTO_MULTI_OBJECTIVE: tuple[str, dict[str, Any]] = ("nsga2", {"population_size": 6, "crossover": "sbx"})
+AUTO_MULTI_OBJECTIVE: tuple[str, dict[str, Any]] = ("nsga2", {"population_size": 6})
 AUTO_SINGLE_OBJECTIVE: tuple[str, dict[str, Any]] = ("tpe", {})
 
 
