@@ -79,6 +79,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     },
     # numeric choices shown to the sampler in order (sampler.ordered_choices), and `auto`
     "auto": {"name": "auto"},
+    "tpe": {"name": "tpe"},
+    "tpe_ord": {"name": "tpe", "ordered_choices": True},
     "nsga2_pop6": {"name": "nsga2", "options": {"population_size": 6}},
     "nsga2_pop4_ord": {"name": "nsga2", "options": {"population_size": 4}, "ordered_choices": True},
     "nsga2_pop6_ord": {"name": "nsga2", "options": {"population_size": 6}, "ordered_choices": True},
@@ -280,6 +282,7 @@ def _job(job: tuple[str, int, dict[str, Any]]) -> tuple[str, int, dict[str, Any]
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        OBJECTIVES[:] = run["objectives"]  # this process's studies
         _REPLAYER = Replayer(run["kernel"], Path(run["sweep"]), Path(run["warm_sweep"]) if run["warm_sweep"] else None)
     sampler = SETTINGS[name]
     if _REPLAYER.warm_table is not None:  # an earlier study of the kernel, measured from the other sweep
@@ -322,12 +325,15 @@ def main() -> None:
     parser.add_argument("--warm-sweep", default="",
                         help="warm start each study from an earlier study measured from this sweep (another shape)")
     parser.add_argument("--warm-trials", type=int, default=4, help="sampler.warm_start.trials")
+    parser.add_argument("--objectives", default=",".join(OBJECTIVES), help="the studies' objectives")
     parser.add_argument("--warm-setting", default="", help="the earlier study's setting (default: the same)")
     args = parser.parse_args()
     names = args.settings.split(",")
     seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
     run = {"trials": args.trials, "parallelism": args.parallelism, "kernel": args.kernel, "sweep": args.sweep,
-           "warm_sweep": args.warm_sweep, "warm_trials": args.warm_trials, "warm_setting": args.warm_setting}
+           "warm_sweep": args.warm_sweep, "warm_trials": args.warm_trials, "warm_setting": args.warm_setting,
+           "objectives": args.objectives.split(",")}
+    OBJECTIVES[:] = run["objectives"]
     jobs = [(name, seed, run) for name in names for seed in seeds]
     started = time.monotonic()
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
@@ -342,7 +348,7 @@ def main() -> None:
     sigmas = {k: round(v, 4) for k, v in noise_sigmas(args.kernel).items()}
     print(
         f"{args.kernel}: sweep best {best:.4f} ms; noise sigmas {json.dumps(sigmas)};"
-        f" {len(seeds)} seeds, {args.trials} trials, parallelism {args.parallelism};"
+        f" objectives {args.objectives}; {len(seeds)} seeds, {args.trials} trials, parallelism {args.parallelism};"
         + (f" warm start: {args.warm_trials} from a study ({args.warm_setting or 'same setting'}) on {args.warm_sweep};"
            if args.warm_sweep else "")
         + f" {time.monotonic() - started:.0f} s\n"
