@@ -99,7 +99,7 @@ class Sampler(StrictModel):
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     options: dict[ShortText, Scalar] = Field(default_factory=dict, max_length=MAX_OPTION_KEYS)
     # numeric categorical choices shown to the sampler in ascending order (SearchSpace.sampler_view);
-    # when left out: true for `auto`, false for a named sampler
+    # when left out: as `auto` chooses (samplers.AUTO_*), false for a named sampler
     ordered_choices: bool | None = None
     warm_start: WarmStart | None = None
 

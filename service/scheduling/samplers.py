@@ -107,20 +107,21 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bo
                                        "None": (type(None),)}
 
 
-# What `auto` becomes: (sampler, options), with numeric choices shown in order (the study
-# document's sampler.ordered_choices). Chosen by replaying recorded GPU sweeps through the
-# service, bench/results/gpu_gemm_replay_auto.md; options a document gives with `auto` are
-# laid over these.
-AUTO_MULTI_OBJECTIVE: tuple[str, dict[str, Any]] = ("nsga2", {"population_size": 6})
-AUTO_SINGLE_OBJECTIVE: tuple[str, dict[str, Any]] = ("tpe", {})
+# What `auto` becomes: (sampler, options, whether numeric choices are shown in order when
+# the document does not say: sampler.ordered_choices). Chosen by replaying recorded GPU
+# sweeps through the service, bench/results/gpu_gemm_replay_auto.md; options a document
+# gives with `auto` are laid over these.
+AUTO_MULTI_OBJECTIVE: tuple[str, dict[str, Any], bool] = ("nsga2", {"population_size": 6}, True)
+AUTO_SINGLE_OBJECTIVE: tuple[str, dict[str, Any], bool] = ("tpe", {}, False)
 
 
-def resolve(name: str, options: dict[str, Any], n_objectives: int) -> tuple[str, dict[str, Any]]:
-    """The sampler and options a study runs with: `auto` made concrete."""
+def resolve(name: str, options: dict[str, Any], n_objectives: int) -> tuple[str, dict[str, Any], bool]:
+    """The sampler, options and ordered-choices default a study runs with: `auto` made
+    concrete; a named sampler sees categorical choices unordered unless the document asks."""
     if name != "auto":
-        return name, dict(options)
-    chosen, defaults = AUTO_MULTI_OBJECTIVE if n_objectives > 1 else AUTO_SINGLE_OBJECTIVE
-    return chosen, {**defaults, **options}
+        return name, dict(options), False
+    chosen, defaults, ordered = AUTO_MULTI_OBJECTIVE if n_objectives > 1 else AUTO_SINGLE_OBJECTIVE
+    return chosen, {**defaults, **options}, ordered
 
 
 def resolve_name(name: str, n_objectives: int) -> str:

@@ -58,10 +58,10 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     if space is None:
         raise sd.DocumentError("space", "a kernel given by source needs a search space")
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
-    sampler, options = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives))
+    sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives))
     grid = sd.check_grid(space) if sampler == "grid" else None
     samplers.check(sampler, doc.sampler.seed, options, n_objectives=len(objectives))
-    ordered = doc.sampler.ordered_choices if doc.sampler.ordered_choices is not None else doc.sampler.name == "auto"
+    ordered = ordered if doc.sampler.ordered_choices is None else doc.sampler.ordered_choices
     normalised = doc.model_dump(mode="json")
     normalised.update(
         kernel=kernel.model_dump(mode="json"),
