@@ -15,7 +15,7 @@ A study "reaches 2%" at the first trial after which its best observed runtime be
 configuration whose recorded runtime is within 2% of the sweep's best; trials are counted as
 the budget counts them (a refused infeasible trial counts only where the study says so).
 
-Modes (--modes) say what the service knows of configurations that cannot launch:
+Modes (--modes) say what the service knows of configurations that cannot launch (any kernel):
 - before: what the replay did before device limits existed: the worker reports the sweep's
   out-of-resources failures as compile errors, the service knows no limits;
 - after: the worker reports its GPU's limits (the H200's) at registration, the service
@@ -24,7 +24,11 @@ Modes (--modes) say what the service knows of configurations that cannot launch:
 - worker: no limits known to the service; the worker reports `infeasible` (as the agent does
   before compiling), not counted.
 
-    python bench/gpu/replay_service.py --seeds 50 --jobs 2 [--settings a,b] [--modes before,after]
+    python bench/gpu/replay_service.py --seeds 50 --jobs 2 [--settings a,b] [--modes before,after] [--json out.json]
+    python bench/gpu/replay_service.py --kernel attention_fwd --sweep SWEEP.json ...  # another built-in
+
+A built-in other than the GEMM needs its recorded sweep (bench/gpu/sweep.py --kernel NAME);
+its noise comes from the five baseline repeats in bench/results/gpu_<kernel>.json.
 """
 
 from __future__ import annotations
@@ -39,13 +43,12 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-SWEEP = REPO / "bench/results/gpu_raw_2026-11-29/sweep.json"
-REPEATS = REPO / "bench/results/gpu_gemm_bf16.json"  # the latest run's five repeats of the baseline
+SWEEP = REPO / "bench/results/gpu_raw_2026-11-29/sweep.json"  # the GEMM's
 OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]
 SIGMAS_PER_RANGE_OF_FIVE = 2.326  # expected (max - min) / sigma of five normal draws
 TRIALS = 67
@@ -59,6 +62,11 @@ MODES: dict[str, tuple[bool, str, dict[str, Any]]] = {
     "after_counted": (True, "infeasible", {"count_infeasible": True}),
     "worker": (False, "infeasible", {}),
 }
+
+
+def repeats_file(kernel: str) -> Path:
+    return REPO / f"bench/results/gpu_{kernel}.json"  # the latest run's five repeats of the baseline
+
 
 # Sampler settings a study document can express (sampler.name + sampler.options).
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -89,6 +97,38 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "name": "tpe",
         "options": {"n_startup_trials": 5, "multivariate": True, "constant_liar": True},
     },
+    # numeric choices shown to the sampler in order (sampler.ordered_choices), and `auto`
+    "auto": {"name": "auto"},
+    "tpe": {"name": "tpe"},
+    "tpe_ord": {"name": "tpe", "ordered_choices": True},
+    "nsga2_pop6": {"name": "nsga2", "options": {"population_size": 6}},
+    "nsga2_pop4_ord": {"name": "nsga2", "options": {"population_size": 4}, "ordered_choices": True},
+    "nsga2_pop6_ord": {"name": "nsga2", "options": {"population_size": 6}, "ordered_choices": True},
+    "nsga2_pop8_ord": {"name": "nsga2", "options": {"population_size": 8}, "ordered_choices": True},
+    "nsga2_pop10_ord": {"name": "nsga2", "options": {"population_size": 10}, "ordered_choices": True},
+    "nsga2_pop6_ord_poly": {
+        "name": "nsga2", "options": {"population_size": 6, "mutation": "polynomial"}, "ordered_choices": True,
+    },
+    "nsga2_pop10_ord_poly": {
+        "name": "nsga2", "options": {"population_size": 10, "mutation": "polynomial"}, "ordered_choices": True,
+    },
+    "nsga2_pop6_ord_sbx": {"name": "nsga2", "options": {"population_size": 6, "crossover": "sbx"},
+                           "ordered_choices": True},
+    "nsga2_pop6_ord_blx": {"name": "nsga2", "options": {"population_size": 6, "crossover": "blxalpha"},
+                           "ordered_choices": True},
+    "nsga2_pop6_ord_sbx_poly": {
+        "name": "nsga2", "options": {"population_size": 6, "crossover": "sbx", "mutation": "polynomial"},
+        "ordered_choices": True,
+    },
+    "tpe_start10_ord": {"name": "tpe", "options": {"n_startup_trials": 10}, "ordered_choices": True},
+    "tpe_start5_mv_ord": {"name": "tpe", "options": {"n_startup_trials": 5, "multivariate": True},
+                          "ordered_choices": True},
+    "tpe_start10_mv_ord": {"name": "tpe", "options": {"n_startup_trials": 10, "multivariate": True},
+                           "ordered_choices": True},
+    "tpe_start10_mv_liar_ord": {
+        "name": "tpe", "options": {"n_startup_trials": 10, "multivariate": True, "constant_liar": True},
+        "ordered_choices": True,
+    },
 }
 
 
@@ -96,15 +136,22 @@ def config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def load_sweep() -> tuple[dict[str, dict[str, float] | None], float]:
-    rows = json.loads(SWEEP.read_text())["rows"]
+class Sweep(NamedTuple):
+    table: dict[str, dict[str, float] | None]  # configuration -> recorded values (None: failed)
+    messages: dict[str, str]  # configuration -> the recorded failure's message
+    best: float  # the best recorded runtime
+
+
+def load_sweep(sweep: Path) -> Sweep:
+    """A sweep, from one file or the comma-separated files of its slices (sweep.py --shard)."""
+    rows = [row for part in str(sweep).split(",") for row in json.loads(Path(part).read_text())["rows"]]
     table = {config_key(r["config"]): (r["values"] if r.get("values") else None) for r in rows}
-    best = min(v["runtime_ms"] for v in table.values() if v)
-    return table, best
+    messages = {config_key(r["config"]): r.get("message") or "" for r in rows}
+    return Sweep(table, messages, min(v["runtime_ms"] for v in table.values() if v))
 
 
-def noise_sigmas() -> dict[str, float]:
-    summary = json.loads(REPEATS.read_text())
+def noise_sigmas(kernel: str) -> dict[str, float]:
+    summary = json.loads(repeats_file(kernel).read_text())
     return {name: summary["repeats"][f"{name}_spread"] / SIGMAS_PER_RANGE_OF_FIVE for name in OBJECTIVES}
 
 
@@ -112,18 +159,25 @@ def noise_sigmas() -> dict[str, float]:
 
 
 class Replayer:
-    def __init__(self) -> None:
+    def __init__(self, kernel: str, sweep: Path, warm_sweep: Path | None = None) -> None:
         from fastapi.testclient import TestClient
 
         from service.accounts import tokens as auth
         from service.app import create_app
         from service.config import Settings
+        from service.domain.space import SearchSpace
         from service.store.db import Database
         from service.store.migrate import upgrade
+        from workers.kernels import all_builtins
 
-        self.table, self.best = load_sweep()
-        self.messages = {config_key(r["config"]): r.get("message") or "" for r in json.loads(SWEEP.read_text())["rows"]}
-        self.sigmas = noise_sigmas()
+        self.kernel = {"backend": next(k.backend for k in all_builtins() if k.name == kernel), "builtin": kernel}
+        self.sweep = load_sweep(sweep)
+        size = SearchSpace.parse(next(k.space for k in all_builtins() if k.name == kernel)).grid_size()
+        if len(self.sweep.table) != size:
+            raise SystemExit(f"{sweep} holds {len(self.sweep.table)} of the {size} configurations of {kernel}'s space")
+        self.warm_sweep = load_sweep(warm_sweep) if warm_sweep else None
+        self.last_study_id = 0
+        self.sigmas = noise_sigmas(kernel)
         self.stack = ExitStack()
         work = Path(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="paretune-replay-")))
         url = f"sqlite:///{work / 'replay.db'}"
@@ -135,24 +189,24 @@ class Replayer:
         settings = Settings(database_url=url, data_dir=work, lease_s=600.0)
         self.client = self.stack.enter_context(TestClient(create_app(settings)))
         self.admin = {"Authorization": f"Bearer {admin}"}
-        token = self._post("/v1/tokens", {"name": "w", "kind": "worker", "pool": "replay"}, self.admin)["token"]
-        self.worker_headers = {"Authorization": f"Bearer {token}"}
-        self.worker_ids: dict[bool, int] = {}  # whether it reports its GPU's limits -> worker id
+        # whether the worker reports its GPU's limits -> (its id, its headers); one pool each
+        self.workers: dict[bool, tuple[int, dict[str, str]]] = {}
         for with_limits in (False, True):
-            fingerprint: dict[str, Any] = {"backends": ["triton"], "energy": True, "gpu_name": "replay",
-                                           "gpu_count": 1}
+            pool = self._pool(with_limits)
+            token = self._post("/v1/tokens", {"name": "w", "kind": "worker", "pool": pool}, self.admin)["token"]
+            headers = {"Authorization": f"Bearer {token}"}
+            fingerprint: dict[str, Any] = {"backends": [self.kernel["backend"]], "energy": True,
+                                           "gpu_name": "replay", "gpu_count": 1}
             if with_limits:
                 fingerprint["device_limits"] = H200_LIMITS
-            pool = "replay-limits" if with_limits else "replay"
-            headers = self.worker_headers
-            if with_limits:
-                token = self._post("/v1/tokens", {"name": "w", "kind": "worker", "pool": pool}, self.admin)["token"]
-                headers = {"Authorization": f"Bearer {token}"}
-                self.limits_headers = headers
             registered = self._post(
                 "/v1/workers/register", {"name": "replay", "pool": pool, "fingerprint": fingerprint}, headers
             )
-            self.worker_ids[with_limits] = registered["worker_id"]
+            self.workers[with_limits] = (registered["worker_id"], headers)
+
+    @staticmethod
+    def _pool(with_limits: bool) -> str:
+        return "replay-limits" if with_limits else "replay"
 
     def _post(self, path: str, body: dict[str, Any] | None, headers: dict[str, str]) -> Any:
         response = self.client.post(path, json=body, headers=headers)
@@ -160,61 +214,48 @@ class Replayer:
             raise RuntimeError(f"POST {path}: {response.status_code} {response.text[:500]}")
         return response.json() if response.status_code != 204 else None
 
-    def _headers(self, with_limits: bool) -> dict[str, str]:
-        return self.limits_headers if with_limits else self.worker_headers
-
-    def _lease(self, with_limits: bool, wait_s: float = 0) -> dict[str, Any] | None:
-        response = self.client.post(
-            "/v1/leases", json={"worker_id": self.worker_ids[with_limits], "wait_s": wait_s},
-            headers=self._headers(with_limits),
-        )
+    def _lease(self, with_limits: bool, wait_s: float = 0.0) -> dict[str, Any] | None:
+        worker_id, headers = self.workers[with_limits]
+        response = self.client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": wait_s}, headers=headers)
         if response.status_code == 204:
             return None
         if response.status_code != 200:
             raise RuntimeError(f"lease: {response.status_code} {response.text[:500]}")
         return response.json()  # type: ignore[no-any-return]
 
-    def _finished(self, study_id: int) -> bool:
-        return self.client.get(f"/v1/studies/{study_id}", headers=self.admin).json()["state"] != "running"
-
-    def _measure(self, config: dict[str, Any], rng: random.Random, reason: str) -> dict[str, Any]:
-        values = self.table[config_key(config)]
+    def _measure(self, config: dict[str, Any], rng: random.Random, sweep: Sweep, reason: str) -> dict[str, Any]:
+        values = sweep.table[config_key(config)]
         if values is None:
-            return {"status": "failed", "failure_reason": reason, "message": self.messages[config_key(config)]}
+            return {"status": "failed", "failure_reason": reason, "message": sweep.messages[config_key(config)]}
         metrics = {name: {"value": values[name] * (1 + rng.gauss(0, self.sigmas[name]))} for name in OBJECTIVES}
         return {"status": "completed", "metrics": metrics}
 
     def study(self, sampler: dict[str, Any], seed: int, trials: int, parallelism: int,
-              mode: str = "before") -> list[dict[str, Any]]:
-        """Run one study; every trial in the order the service created them, with whether
-        it was leased and whether it counts against the budget."""
+              mode: str = "before", sweep: Sweep | None = None) -> list[dict[str, Any]]:
+        """Run one study (measured from `sweep`, else the replayed sweep); every trial in the
+        order the service created them, with whether it was leased and whether it counts
+        against the budget. Its id is left in `last_study_id`."""
+        sweep = self.sweep if sweep is None else sweep
         with_limits, reason, budget = MODES[mode]
-        headers = self._headers(with_limits)
+        headers = self.workers[with_limits][1]
         rng = random.Random(seed * 7919 + 1)
         doc = {
             "name": f"replay {sampler['name']} {seed}",
-            "kernel": {"backend": "triton", "builtin": "gemm_bf16"},
+            "kernel": self.kernel,
             "objectives": OBJECTIVES,
             "sampler": {**sampler, "seed": seed},
             "budget": {"max_trials": trials, **budget},
             "parallelism": parallelism,
-            "pool": "replay-limits" if with_limits else "replay",
+            "pool": self._pool(with_limits),
         }
-        study_id = self._post("/v1/studies", doc, self.admin)["id"]
+        study_id = self.last_study_id = self._post("/v1/studies", doc, self.admin)["id"]
         held: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (token, trial, result), oldest first
         done: dict[int, dict[str, Any]] = {}
         while True:
-            while len(held) < 2:
-                lease = self._lease(with_limits)
-                for _ in range(100):
-                    # with nothing in hand, wait as the agent's long-poll does for the study's
-                    # step (it runs in the background after each result) to queue more
-                    if lease is not None or held or self._finished(study_id):
-                        break
-                    lease = self._lease(with_limits, 0.05)
-                if lease is None:
-                    break
-                result = self._measure(lease["trial"]["config"], rng, reason)
+            while len(held) < 2 and (
+                lease := self._lease(with_limits) or self._lease_when_idle(study_id, held, with_limits)
+            ) is not None:
+                result = self._measure(lease["trial"]["config"], rng, sweep, reason)
                 if result["status"] == "failed":  # the compile step reports it at once
                     self._post(f"/v1/leases/{lease['token']}/result", result, headers)
                     done[lease["trial"]["number"]] = {"config": lease["trial"]["config"], "runtime_ms": None}
@@ -225,50 +266,62 @@ class Replayer:
             token, trial, result = held.pop(0)
             self._post(f"/v1/leases/{token}/result", result, headers)
             done[trial["number"]] = {"config": trial["config"], "runtime_ms": result["metrics"]["runtime_ms"]["value"]}
-        study = self.client.get(f"/v1/studies/{study_id}", headers=self.admin).json()
-        if study["state"] == "running":
+        state = self.client.get(f"/v1/studies/{study_id}", headers=self.admin).json()["state"]
+        if state == "running":
             raise RuntimeError(f"study {study_id} still running with nothing to lease")
         items = self.client.get(f"/v1/studies/{study_id}/trials", params={"limit": 1000},
                                 headers=self.admin).json()["items"]
-        rows = []
-        for item in sorted(items, key=lambda t: t["number"]):
-            infeasible = item["failure_reason"] == "infeasible"
-            rows.append({
+        return [
+            {
                 "config": item["config"],
                 "runtime_ms": done.get(item["number"], {}).get("runtime_ms"),
                 "leased": item["number"] in done,
-                "counted": not infeasible or bool(budget.get("count_infeasible")),
-                "unlaunchable": self.table[config_key(item["config"])] is None,
-            })
-        return rows
+                "counted": item["failure_reason"] != "infeasible" or bool(budget.get("count_infeasible")),
+                "unlaunchable": sweep.table[config_key(item["config"])] is None,
+            }
+            for item in sorted(items, key=lambda t: t["number"])
+        ]
+
+    def _lease_when_idle(self, study_id: int, held: list[Any], with_limits: bool) -> dict[str, Any] | None:
+        """With nothing in hand, wait for the study's next trial (the scheduling step that
+        queues it runs in the background, and lags under load) unless the study has ended."""
+        if held:
+            return None
+        for _ in range(30):
+            if self.client.get(f"/v1/studies/{study_id}", headers=self.admin).json()["state"] != "running":
+                return None
+            if (lease := self._lease(with_limits, wait_s=2.0)) is not None:
+                return lease
+        return None
 
     def outcome(self, every: list[dict[str, Any]]) -> dict[str, Any]:
         """Trials until the best observed runtime is a configuration within 2% of the sweep's
         best, counted as the budget counts them; and what went to configurations that
         cannot launch: proposals, budget and leases."""
-        trials = [t for t in every if t.get("counted", True)]
-        leased = [t for t in every if t.get("leased", True)]
+        table, best = self.sweep.table, self.sweep.best
+        trials = [t for t in every if t["counted"]]
+        leased = [t for t in every if t["leased"]]
         best_seen, best_config, reached = float("inf"), None, None
         for index, trial in enumerate(trials, start=1):
             if trial["runtime_ms"] is not None and trial["runtime_ms"] < best_seen:
                 best_seen, best_config = trial["runtime_ms"], trial["config"]
             if reached is None and best_config is not None:
-                recorded = self.table[config_key(best_config)]
-                if recorded and recorded["runtime_ms"] <= self.best * (1 + WITHIN):
+                recorded = table[config_key(best_config)]
+                if recorded and recorded["runtime_ms"] <= best * (1 + WITHIN):
                     reached = index
-        final = self.table[config_key(best_config)] if best_config else None
+        final = table[config_key(best_config)] if best_config else None
         distinct = len({config_key(t["config"]) for t in trials})
         return {
             "trials": len(trials),
             "distinct": distinct,
             "failed": sum(t["runtime_ms"] is None for t in trials),
             "proposals": len(every),
-            "unlaunchable_proposals": sum(t.get("unlaunchable", False) for t in every),
-            "unlaunchable_in_budget": sum(t.get("unlaunchable", False) for t in trials),
+            "unlaunchable_proposals": sum(t["unlaunchable"] for t in every),
+            "unlaunchable_in_budget": sum(t["unlaunchable"] for t in trials),
             "leases": len(leased),
-            "unlaunchable_leases": sum(t.get("unlaunchable", False) for t in leased),
+            "unlaunchable_leases": sum(t["unlaunchable"] for t in leased),
             "reached": reached,
-            "final_gap": (final["runtime_ms"] / self.best - 1) if final else None,
+            "final_gap": (final["runtime_ms"] / best - 1) if final else None,
             "first_configs": [t["config"] for t in trials[:12]],
         }
 
@@ -276,15 +329,26 @@ class Replayer:
 _REPLAYER: Replayer | None = None
 
 
-def _job(job: tuple[str, int, int, int, str]) -> tuple[str, int, dict[str, Any]]:
+def _job(job: tuple[str, str, int, dict[str, Any]]) -> tuple[str, int, dict[str, Any]]:
     global _REPLAYER
-    name, seed, trials, parallelism, mode = job
+    name, mode, seed, run = job
+    trials, parallelism = run["trials"], run["parallelism"]
     if _REPLAYER is None:
+        import warnings
+
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        _REPLAYER = Replayer()
-    outcome = _REPLAYER.outcome(_REPLAYER.study(SETTINGS[name], seed, trials, parallelism, mode))
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        OBJECTIVES[:] = run["objectives"]  # this process's studies
+        _REPLAYER = Replayer(run["kernel"], Path(run["sweep"]), Path(run["warm_sweep"]) if run["warm_sweep"] else None)
+    sampler = SETTINGS[name]
+    if _REPLAYER.warm_sweep is not None:  # an earlier study of the kernel, measured from the other sweep
+        earlier = SETTINGS[run["warm_setting"] or name]
+        _REPLAYER.study(earlier, seed + 1000, trials, parallelism, mode, _REPLAYER.warm_sweep)
+        warm = {"studies": [_REPLAYER.last_study_id], "trials": run["warm_trials"]}
+        sampler = {**sampler, "warm_start": warm}
+    outcome = _REPLAYER.outcome(_REPLAYER.study(sampler, seed, trials, parallelism, mode))
     return f"{name} {mode}" if mode != "before" else name, seed, outcome
 
 
@@ -332,18 +396,29 @@ def unlaunchable_markdown(results: dict[str, list[dict[str, Any]]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--kernel", default="gemm_bf16")
+    parser.add_argument("--sweep", default=str(SWEEP), help="the kernel's recorded sweep (bench/gpu/sweep.py)")
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--seed-list", default="", help="explicit seeds, comma separated (overrides --seeds)")
     parser.add_argument("--trials", type=int, default=TRIALS)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=max(1, multiprocessing.cpu_count()))
     parser.add_argument("--json", default="", help="write every study's outcome here")
+    parser.add_argument("--warm-sweep", default="",
+                        help="warm start each study from an earlier study measured from this sweep (another shape)")
+    parser.add_argument("--warm-trials", type=int, default=4, help="sampler.warm_start.trials")
+    parser.add_argument("--objectives", default=",".join(OBJECTIVES), help="the studies' objectives")
+    parser.add_argument("--warm-setting", default="", help="the earlier study's setting (default: the same)")
     parser.add_argument("--modes", default="before", help=f"comma separated, of {', '.join(MODES)}")
     args = parser.parse_args()
     names = args.settings.split(",")
     modes = args.modes.split(",")
     seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
-    jobs = [(name, seed, args.trials, args.parallelism, mode) for name in names for mode in modes for seed in seeds]
+    run = {"trials": args.trials, "parallelism": args.parallelism, "kernel": args.kernel, "sweep": args.sweep,
+           "warm_sweep": args.warm_sweep, "warm_trials": args.warm_trials, "warm_setting": args.warm_setting,
+           "objectives": args.objectives.split(",")}
+    OBJECTIVES[:] = run["objectives"]
+    jobs = [(name, mode, seed, run) for name in names for mode in modes for seed in seeds]
     started = time.monotonic()
     results: dict[str, list[dict[str, Any]]] = {}
     raw: list[dict[str, Any]] = []
@@ -351,11 +426,16 @@ def main() -> None:
         for name, seed, outcome in pool.imap_unordered(_job, jobs):
             results.setdefault(name, []).append(outcome)
             raw.append({"setting": name, "seed": seed, **outcome})
-    _, best = load_sweep()
+            if args.json and len(raw) % 10 == 0:  # a stop leaves what was done
+                Path(args.json).write_text(json.dumps(raw))
+    best = load_sweep(Path(args.sweep)).best
+    sigmas = {k: round(v, 4) for k, v in noise_sigmas(args.kernel).items()}
     print(
-        f"sweep best {best:.4f} ms; noise sigmas {json.dumps({k: round(v, 4) for k, v in noise_sigmas().items()})};"
-        f" {len(seeds)} seeds, {args.trials} trials, parallelism {args.parallelism};"
-        f" {time.monotonic() - started:.0f} s\n"
+        f"{args.kernel}: sweep best {best:.4f} ms; noise sigmas {json.dumps(sigmas)};"
+        f" objectives {args.objectives}; {len(seeds)} seeds, {args.trials} trials, parallelism {args.parallelism};"
+        + (f" warm start: {args.warm_trials} from a study ({args.warm_setting or 'same setting'}) on {args.warm_sweep};"
+           if args.warm_sweep else "")
+        + f" {time.monotonic() - started:.0f} s\n"
     )
     print(table_markdown(results, args.trials))
     print()

@@ -8,11 +8,14 @@ file names other configurations (e.g. a study's best), those and the sweep's bes
 measured head to head, interleaved, for a like-for-like comparison on this GPU.
 
     python3 bench/gpu/sweep.py --kernel gemm_bf16 --cache DIR --out sweep.json \
-        [--deadline-s 400] [--versus FILE --versus-wait-s 120] [--shard I/N]
+        [--deadline-s 400] [--versus FILE --versus-wait-s 120] [--shard I/N] [--workload '[{"dims": {...}}]']
 
 `--shard I/N` sweeps every N-th configuration of the shuffled order from the I-th (0-based),
-so that N processes, one per GPU, sweep a space too large for one call together; their
-`rows` joined are the whole sweep.
+so that N processes, one per GPU, or several shorter runs sweep a space too large for one
+call together (RMSNorm: 1,152 points); their `rows` joined are the whole sweep, and the
+replay reads the slices' files together. `--workload` replaces the built-in's shapes (a JSON
+list of {"dims": {...}, "weight": w}), e.g. to sweep the GEMM at another shape for a
+warm-start replay.
 """
 
 from __future__ import annotations
@@ -59,12 +62,15 @@ class Harness:
         cache: ArtifactCache,
         settings: MeasureSettings,
         known_failures: dict[str, str] | None = None,
+        workload: list[dict[str, Any]] | None = None,
     ) -> None:
         self.known_failures = known_failures or {}
         self.backend = get_backend(backend_name)
         # the compiler, not the resource model, decides what cannot launch: the sweep is what
         # the model is checked against (tests/workers/test_resources.py)
-        self.spec = KernelSpec(backend=backend_name, builtin=builtin, options={"resource_model": False})
+        self.spec = KernelSpec.model_validate({"backend": backend_name, "builtin": builtin,
+                                               "options": {"resource_model": False},
+                                               **({"workload": workload} if workload else {})})
         self.cache = cache
         self.settings = settings
 
@@ -171,6 +177,7 @@ def main() -> None:
     parser.add_argument("--failures", default=None, help="JSON {cache_key: message}")
     parser.add_argument("--objectives", default=",".join(OBJECTIVES))
     parser.add_argument("--settings", default=None, help="measurement settings as JSON (default: the sweep's)")
+    parser.add_argument("--workload", default=None, help="shapes as JSON (default: the built-in's)")
     parser.add_argument("--shard", default="0/1", help="I/N: every N-th configuration from the I-th")
     args = parser.parse_args()
     shard, shards = (int(part) for part in args.shard.split("/"))
@@ -187,7 +194,8 @@ def main() -> None:
         )
     )
     failures = json.loads(Path(args.failures).read_text()) if args.failures else {}
-    harness = Harness(args.backend, args.kernel, ArtifactCache(Path(args.cache)), settings, failures)
+    workload = json.loads(args.workload) if args.workload else None
+    harness = Harness(args.backend, args.kernel, ArtifactCache(Path(args.cache)), settings, failures, workload)
     if args.only_versus:
         configs = json.loads(Path(args.versus).read_text())
         result: dict[str, Any] = {"kernel": args.kernel, "settings": settings.model_dump(), "started": time.time()}
@@ -208,6 +216,7 @@ def main() -> None:
         "kernel": args.kernel,
         "space_size": space_size,
         "shard": args.shard,
+        "workload": workload or builtin.workload,
         "settings": settings.model_dump(),
         "rows": [],
     }

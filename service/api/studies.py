@@ -15,7 +15,7 @@ from service.domain.states import StudyState
 from service.errors import Invalid
 from service.store.db import after_commit
 from service.store.models import Study
-from service.studies import documents, lifecycle
+from service.studies import documents, lifecycle, warm_start
 from service.studies.access import visible_study
 from service.trials import queries
 
@@ -48,6 +48,7 @@ def create_study(
     assert principal.team_id is not None
     if normalised.get("warm_start") == "catalog":
         normalised["warm_start_configs"] = catalog.warm_start(session, principal.team_id, normalised)
+    warm_start.resolve(session, principal.team_id, normalised)
     study = lifecycle.create(session, principal.team_id, principal.token_id, normalised)
     after_commit(session, lambda: state.scheduler.wake(study.id))  # its step queues the first trials
     after_commit(session, lambda: state.notifier.notify("studies"))

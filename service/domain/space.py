@@ -232,17 +232,61 @@ class SearchSpace:
     # -- Optuna ------------------------------------------------------------------------------
 
     def distributions(self) -> dict[str, BaseDistribution]:
-        result: dict[str, BaseDistribution] = {}
-        for p in self.parameters:
-            if isinstance(p, IntParam):
-                result[p.name] = IntDistribution(p.low, p.high, log=p.log, step=p.step)
+        return self.sampler_view(ordered_choices=False).distributions
+
+    def sampler_view(self, ordered_choices: bool) -> SamplerView:
+        """What the sampler sees of this space. With `ordered_choices`, a categorical
+        parameter whose choices are all numbers (BLOCK_M: [64, 128, 256]) is shown as the
+        index of its value in ascending order, an IntDistribution, so that samplers that
+        model or mutate numbers (TPE's Parzen estimators, NSGA-II's numeric crossover and
+        mutation) use the order; other samplers see each choice as unrelated."""
+        return SamplerView(self, ordered_choices)
+
+
+def ordered_choices(param: Any) -> list[Any] | None:
+    """A categorical parameter's choices in ascending order when there are two or more and
+    every one is a number (not a bool) unequal to the others; else None."""
+    if not isinstance(param, CategoricalParam) or len(param.choices) < 2:
+        return None
+    numbers = [c for c in param.choices if isinstance(c, int | float) and not isinstance(c, bool)]
+    if len(numbers) != len(param.choices) or len({float(c) for c in numbers}) != len(numbers):
+        return None  # not all numbers, or two equal as numbers (1 and 1.0)
+    return sorted(numbers)
+
+
+class SamplerView:
+    """The space as Optuna's distributions, and the translation of a configuration (the
+    choice values users and workers see) to the sampler's parameters and back. Only ordered
+    categoricals are translated (value <-> index); every other value passes unchanged."""
+
+    def __init__(self, space: SearchSpace, ordered: bool) -> None:
+        self.distributions: dict[str, BaseDistribution] = {}
+        self.orders: dict[str, list[Any]] = {}  # name -> choices in ascending order
+        for p in space.parameters:
+            order = ordered_choices(p) if ordered else None
+            if order is not None:
+                self.orders[p.name] = order
+                self.distributions[p.name] = IntDistribution(0, len(order) - 1)
+            elif isinstance(p, IntParam):
+                self.distributions[p.name] = IntDistribution(p.low, p.high, log=p.log, step=p.step)
             elif isinstance(p, FloatParam):
-                result[p.name] = FloatDistribution(p.low, p.high, log=p.log, step=p.step)
+                self.distributions[p.name] = FloatDistribution(p.low, p.high, log=p.log, step=p.step)
             elif isinstance(p, CategoricalParam):
-                result[p.name] = CategoricalDistribution(tuple(p.choices))
+                self.distributions[p.name] = CategoricalDistribution(tuple(p.choices))
             else:
-                result[p.name] = CategoricalDistribution((False, True))
-        return result
+                self.distributions[p.name] = CategoricalDistribution((False, True))
+        # by numeric value: a configuration may hold 64.0 for the choice 64 (value_problem accepts it)
+        self._index = {name: {float(v): i for i, v in enumerate(order)} for name, order in self.orders.items()}
+
+    def to_sampler(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The sampler's parameters for a configuration of the space."""
+        return {name: self._index[name][float(value)] if name in self.orders else value
+                for name, value in config.items()}
+
+    def from_sampler(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The configuration (the choice values themselves) for the sampler's parameters."""
+        return {name: self.orders[name][int(value)] if name in self.orders else value
+                for name, value in params.items()}
 
 
 class GridOrder:
@@ -273,5 +317,5 @@ class GridOrder:
 __all__ = [
     "MAX_CHOICES", "MAX_GRID_POINTS", "MAX_PARAMETERS", "NAME_RE", "BoolParam", "CategoricalParam",
     "FloatParam", "GridOrder", "IntParam", "Parameter", "SearchSpace", "StrictModel", "ValidationError",
-    "param_default", "value_problem",
+    "SamplerView", "ordered_choices", "param_default", "value_problem",
 ]

@@ -48,6 +48,8 @@ MAX_WALL_TIME_S = 90 * 86_400.0
 DEFAULT_INFEASIBLE_IN_A_ROW = 50
 
 ShortText = Annotated[str, Field(max_length=MAX_STRING)]
+MAX_WARM_STUDIES = 20
+MAX_WARM_CONFIGS = 100
 
 
 class Objective(StrictModel):
@@ -83,10 +85,26 @@ class Kernel(StrictModel):
         return self
 
 
+class WarmStart(StrictModel):
+    """Configurations measured right after the baseline, before the sampler proposes: the
+    front of earlier studies of the same kernel (other shapes, an older toolchain), best
+    first, and configurations given here. A parameter a configuration leaves out takes the
+    baseline's value."""
+
+    studies: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(default_factory=list,
+                                                                    max_length=MAX_WARM_STUDIES)
+    trials: int = Field(default=4, ge=0, le=MAX_WARM_CONFIGS)  # at most this many from `studies`
+    configs: list[dict[ShortText, Scalar]] = Field(default_factory=list, max_length=MAX_WARM_CONFIGS)
+
+
 class Sampler(StrictModel):
     name: str = "auto"
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     options: dict[ShortText, Scalar] = Field(default_factory=dict, max_length=MAX_OPTION_KEYS)
+    # numeric categorical choices shown to the sampler in ascending order (SearchSpace.sampler_view);
+    # when left out: as `auto` chooses (samplers.AUTO_*), false for a named sampler
+    ordered_choices: bool | None = None
+    warm_start: WarmStart | None = None
 
     @field_validator("name")
     @classmethod
@@ -268,6 +286,15 @@ def resolve_baseline(space: SearchSpace, given: dict[str, Any] | None,
             raise DocumentError(field, f"baseline value for {param.name!r}: {problem}")
         baseline[param.name] = value
     return baseline
+
+
+def warm_config(space: SearchSpace, given: dict[str, Any], baseline: dict[str, Any], field: str) -> dict[str, Any]:
+    """A warm-start configuration made whole with the baseline's values, or why it is not one."""
+    for key, value in given.items():
+        problem = space.value_problem(key, value)
+        if problem:
+            raise DocumentError(f"{field}.{key}", f"warm-start configuration: {problem}")
+    return {name: given.get(name, baseline[name]) for name in space.names}
 
 
 def check_grid(space: SearchSpace) -> int:

@@ -72,7 +72,9 @@ class Mirror:
         self.rng = random.Random(sampler.get("seed"))
         self.seen: set[str] = set()  # configurations the study already has
         self._worst: list[float] | None = None
-        self.distributions = self.space.distributions()
+        # ordered_choices: stored by documents made since it exists; older studies keep categoricals
+        self.view = self.space.sampler_view(bool(sampler.get("ordered_choices", False)))
+        self.distributions = self.view.distributions
         self.optuna = optuna.create_study(
             directions=self.directions,
             sampler=samplers.build(sampler["name"], sampler.get("seed"), dict(sampler.get("options") or {})),
@@ -84,9 +86,11 @@ class Mirror:
         self.watermark = -1
         self.next_number = 0  # every trial numbered below is known
         if study.n_created == 0:
-            self.optuna.enqueue_trial(doc["baseline"])
-            for config in doc.get("warm_start_configs") or []:  # approved configurations first
-                self.optuna.enqueue_trial(config)
+            self.optuna.enqueue_trial(self.view.to_sampler(doc["baseline"]))
+        # then, as trials 1, 2, ...: the catalog's approved configurations (warm_start: catalog),
+        # then the earlier studies' and listed ones (sampler.warm_start)
+        self.warm: list[dict[str, Any]] = [*(doc.get("warm_start_configs") or []),
+                                           *(sampler.get("warm_start") or {}).get("configs", [])]
 
     def sync(self, session: Session) -> None:
         """Learn the trials created by other replicas' steps and those finished since."""
@@ -109,6 +113,8 @@ class Mirror:
         The refused proposal is told as failed, which every sampler ignores."""
         if self.is_grid and number > 0:
             self._enqueue_grid_point(number - 1)
+        elif 0 < number <= len(self.warm) and config_key(self.warm[number - 1]) not in self.seen:
+            self.optuna.enqueue_trial(self.view.to_sampler(self.warm[number - 1]))
         for attempt in range(MAX_REASKS):
             trial = self.optuna.ask(self.distributions)
             if not self._is_repeat(trial) or attempt == MAX_REASKS - 1:
@@ -123,14 +129,15 @@ class Mirror:
             if exhausted:
                 raise SpaceExhausted("every configuration of the search space has been tried")
             if unseen is not None:
-                self.optuna.enqueue_trial(unseen)
+                self.optuna.enqueue_trial(self.view.to_sampler(unseen))
                 trial = self.optuna.ask(self.distributions)
-        self.seen.add(config_key(trial.params))
+        config = self.view.from_sampler(trial.params)
+        self.seen.add(config_key(config))
         system_attrs = self.storage.get_trial_system_attrs(trial._trial_id)
-        return dict(trial.params), _jsonable(system_attrs), trial._trial_id
+        return config, _jsonable(system_attrs), trial._trial_id
 
     def _is_repeat(self, trial: optuna.Trial) -> bool:
-        if self.is_grid or config_key(trial.params) not in self.seen:
+        if self.is_grid or config_key(self.view.from_sampler(trial.params)) not in self.seen:
             return False
         return "fixed_params" not in self.storage.get_trial_system_attrs(trial._trial_id)
 
@@ -138,7 +145,7 @@ class Mirror:
         assert self.order is not None
         if position >= self.order.size:
             raise SpaceExhausted("every point of the grid has been tried")
-        self.optuna.enqueue_trial(self.space.grid_point(self.order[position]))
+        self.optuna.enqueue_trial(self.view.to_sampler(self.space.grid_point(self.order[position])))
 
     def _unseen_point(self) -> dict[str, Any] | None:
         if self.order is None:
@@ -167,7 +174,7 @@ class Mirror:
         if row.id not in self.ids:
             state, values, constraints = self._told(row) if finished else (OptunaState.RUNNING, None, {})
             frozen = optuna.trial.create_trial(
-                state=state, values=values, params=row.config, distributions=self.distributions,
+                state=state, values=values, params=self.view.to_sampler(row.config), distributions=self.distributions,
                 system_attrs={**row.sampler_state, **constraints},
             )
             self.ids[row.id] = self.storage.create_new_trial(self.optuna._study_id, template_trial=frozen)

@@ -107,18 +107,47 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bo
                                        "None": (type(None),)}
 
 
+# What `auto` becomes: (sampler, options, whether numeric choices are shown in order when
+# the document does not say: sampler.ordered_choices). Chosen by replaying recorded GPU
+# sweeps through the service, bench/results/gpu_gemm_replay_auto.md; options a document
+# gives with `auto` are laid over these.
+AUTO_MULTI_OBJECTIVE: tuple[str, dict[str, Any], bool] = ("nsga2", {"population_size": 6}, True)
+AUTO_SINGLE_OBJECTIVE: tuple[str, dict[str, Any], bool] = ("tpe", {}, False)
+
+
+def resolve(name: str, options: dict[str, Any], n_objectives: int) -> tuple[str, dict[str, Any], bool]:
+    """The sampler, options and ordered-choices default a study runs with: `auto` made
+    concrete; a named sampler sees categorical choices unordered unless the document asks."""
+    if name != "auto":
+        return name, dict(options), False
+    chosen, defaults, ordered = AUTO_MULTI_OBJECTIVE if n_objectives > 1 else AUTO_SINGLE_OBJECTIVE
+    return chosen, {**defaults, **options}, ordered
+
+
 def resolve_name(name: str, n_objectives: int) -> str:
-    if name == "auto":
-        return "nsga2" if n_objectives > 1 else "tpe"
-    return name
+    return resolve(name, {}, n_objectives)[0]
+
+
+# Options Optuna takes as objects, named in a document by a string (the genetic samplers).
+_GA = optuna.samplers.nsgaii
+NAMED_OBJECT_OPTIONS: dict[str, dict[str, type]] = {
+    "crossover": {"uniform": _GA.UniformCrossover, "blxalpha": _GA.BLXAlphaCrossover, "sbx": _GA.SBXCrossover,
+                  "vsbx": _GA.VSBXCrossover, "spx": _GA.SPXCrossover, "undx": _GA.UNDXCrossover},
+    # PolynomialMutation came with Optuna 5.0: a local change of a numeric value (an ordered
+    # choice's index) instead of a fresh random value
+    "mutation": {"polynomial": _GA.PolynomialMutation} if hasattr(_GA, "PolynomialMutation") else {},
+}
+_GENETIC = {"nsga2", "nsga3"}
 
 
 def settable_options(name: str) -> dict[str, inspect.Parameter]:
     if name == "grid":
         return {}
     params = inspect.signature(SAMPLER_CLASSES[name]).parameters
-    return {k: p for k, p in params.items()
-            if k not in RESERVED_OPTIONS and _SCALAR_ANNOTATION.match(str(p.annotation).strip("'\""))}
+    named = {k for k, kinds in NAMED_OBJECT_OPTIONS.items() if kinds} if name in _GENETIC else set()
+    return {k: p.replace(annotation="str") if k in named else p for k, p in params.items()
+            if k not in RESERVED_OPTIONS
+            and (k in named or _SCALAR_ANNOTATION.match(str(p.annotation).strip("'\"")))}
 
 
 def _type_problem(key: str, value: Any, annotation: str) -> str | None:
@@ -142,7 +171,9 @@ def _range_problem(key: str, value: Any, n_objectives: int) -> str | None:
 
 
 def build(name: str, seed: int | None, options: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    return SAMPLER_CLASSES[name](seed=seed, **options)  # type: ignore[call-arg]
+    objects = {k: NAMED_OBJECT_OPTIONS[k][v]() for k, v in options.items()
+               if name in _GENETIC and k in NAMED_OBJECT_OPTIONS and isinstance(v, str)}
+    return SAMPLER_CLASSES[name](seed=seed, **{**options, **objects})  # type: ignore[call-arg]
 
 
 def check(name: str, seed: int | None, options: dict[str, Any], n_objectives: int = 1) -> None:
@@ -157,6 +188,10 @@ def check(name: str, seed: int | None, options: dict[str, Any], n_objectives: in
         problem = _type_problem(key, value, str(allowed[key].annotation).strip("'\""))
         if problem:
             raise DocumentError(f"sampler.options.{key}", f"sampler {name!r}: {problem}")
+        kinds = NAMED_OBJECT_OPTIONS.get(key) if name in _GENETIC else None
+        if kinds is not None and value not in kinds:
+            raise DocumentError(f"sampler.options.{key}",
+                                f"sampler {name!r}: {key} must be one of {', '.join(kinds)}, not {value!r}")
     if name == "gp":
         try:
             import torch  # noqa: F401

@@ -59,9 +59,10 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     if space is None:
         raise sd.DocumentError("space", "a kernel given by source needs a search space")
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
-    sampler = samplers.resolve_name(doc.sampler.name, len(objectives))
+    sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives))
     grid = sd.check_grid(space) if sampler == "grid" else None
-    samplers.check(sampler, doc.sampler.seed, doc.sampler.options, n_objectives=len(objectives))
+    samplers.check(sampler, doc.sampler.seed, options, n_objectives=len(objectives))
+    ordered = ordered if doc.sampler.ordered_choices is None else doc.sampler.ordered_choices
     normalised = doc.model_dump(mode="json")
     normalised.update(
         kernel=kernel.model_dump(mode="json"),
@@ -70,7 +71,13 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
         objectives=objectives,
         reference_point=sd.reference_point(doc, objectives),
     )
-    normalised["sampler"]["name"] = sampler
+    normalised["sampler"].update(name=sampler, options=options, ordered_choices=ordered)
+    warm = normalised["sampler"].get("warm_start")
+    if warm is not None:
+        if sampler == "grid":
+            raise sd.DocumentError("sampler.warm_start", "the grid sampler walks the whole grid: leave warm_start out")
+        warm["configs"] = [sd.warm_config(space, c, baseline, f"sampler.warm_start.configs.{i}")
+                           for i, c in enumerate(warm["configs"])]
     energy = {o["name"] for o in objectives} & ENERGY_METRICS
     if energy and kernel.backend in GPU_BACKENDS and "hot_window_s" not in doc.measure.model_fields_set:
         normalised["measure"]["hot_window_s"] = ENERGY_HOT_WINDOW_S

@@ -148,6 +148,8 @@ def test_docs_list_the_limits_the_code_enforces() -> None:
         f"at most {space.MAX_GRID_POINTS:,} points",
         f"| `parallelism` | 1 to {study_doc.MAX_PARALLELISM:,} |",
         f"| `kernel.options` | {study_doc.MAX_OPTION_KEYS} keys |",
+        f"`studies`: {study_doc.MAX_WARM_STUDIES} study ids of your team, each of the same kernel; `trials` 0 to "
+        f"{study_doc.MAX_WARM_CONFIGS}; `configs`: {study_doc.MAX_WARM_CONFIGS}, each",
         f"at most {MAX_REFERENCE_POINTS:,} NSGA-III reference points",
         f"After {Settings(database_url='sqlite://').auth_failure_limit} of them within a",
         *(f"`{key}` {int(low):,} to {int(high):,}" for key, (low, high) in OPTION_RANGES.items()),
