@@ -70,8 +70,11 @@ class Scheduler:
         in_flight: set[asyncio.Task[None]] = set()
         while True:
             timeout = max(0.0, next_scan - time.monotonic())
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+            # that arrives as the event is set, and stop() would then wait forever
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._event.wait()
             self._event.clear()
             if time.monotonic() >= next_scan:
                 next_scan = time.monotonic() + self.interval_s
