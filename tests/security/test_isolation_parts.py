@@ -343,14 +343,38 @@ def test_a_warm_runner_in_namespaces_loses_what_each_trial_left_and_serves_one_s
     assert processes_of_uid(sandbox.isolation.identity("run").uid) == []
 
 
-def test_an_offered_python_path_is_visible_read_only_in_namespaces(tmp_path):
+def _objective_in_sandbox(root: Path, level: str, code: str, objectives: list[str]):  # type: ignore[no-untyped-def]
+    """Run `code` (a module defining f(config)) as a python-backend trial at `level`, from an
+    offered path under `root` (which the sandbox uid must be able to pass through)."""
     from workers.backends.python_backend import PYTHON_PATHS_ENV
     from workers.contract import TrialSpec
     from workers.sandbox import execute_trial
 
-    offered = tmp_path / "objectives"
-    offered.mkdir(mode=0o755)  # the sandbox user reads it (tmp_path itself is not)
-    (offered / "team_objective.py").write_text(
+    offered = root / "objectives"
+    offered.mkdir(mode=0o755)
+    (offered / "team_objective.py").write_text(code)
+    sandbox = Sandbox(work_root=root / "work", env_overrides={PYTHON_PATHS_ENV: str(offered)})
+    sandbox.isolation = choose(level, work_root=sandbox.root, hidden=[], read_only=(str(offered),))
+    try:
+        spec = TrialSpec(trial_id=1, study_id=1, number=0, attempt=1, is_baseline=True,
+                         kernel=KernelSpec(backend="python", source="team_objective:f",
+                                           options={"path": str(offered)}),
+                         config={}, objectives=objectives, compile_timeout_s=60, run_timeout_s=60)
+        result = execute_trial(spec, ArtifactCache(root / "cache"), sandbox=sandbox)
+    finally:
+        sandbox.close()
+    assert result is not None and result.status == "completed", result and result.message
+    return result
+
+
+def _traversable_root():  # type: ignore[no-untyped-def]
+    top = tempfile.TemporaryDirectory()
+    os.chmod(top.name, 0o755)  # pytest's tmp_path has parents the sandbox uid cannot pass
+    return top
+
+
+def test_an_offered_python_path_is_visible_read_only_in_namespaces(tmp_path):
+    result = _objective_in_sandbox(tmp_path, "namespaces", (
         "import os\n"
         "def f(config):\n"
         "    try:\n"
@@ -358,19 +382,8 @@ def test_an_offered_python_path_is_visible_read_only_in_namespaces(tmp_path):
         "        wrote = 1.0\n"
         "    except OSError:\n"
         "        wrote = 0.0\n"
-        "    return {'f1': wrote}\n")
-    sandbox = Sandbox(work_root=tmp_path / "work", env_overrides={PYTHON_PATHS_ENV: str(offered)})
-    sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[], read_only=(str(offered),))
-    try:
-        spec = TrialSpec(trial_id=1, study_id=1, number=0, attempt=1, is_baseline=True,
-                         kernel=KernelSpec(backend="python", source="team_objective:f",
-                                           options={"path": str(offered)}),
-                         config={}, objectives=["f1"], compile_timeout_s=60, run_timeout_s=60)
-        result = execute_trial(spec, ArtifactCache(tmp_path / "cache"), sandbox=sandbox)
-    finally:
-        sandbox.close()
-    assert result is not None and result.status == "completed", result and result.message
-    assert result.metrics["f1"].value == 0.0 and not (offered / "planted.py").exists()
+        "    return {'f1': wrote}\n"), ["f1"])
+    assert result.metrics["f1"].value == 0.0 and not (tmp_path / "objectives" / "planted.py").exists()
 
 
 @pytest.mark.parametrize("level", ["namespaces", "user"])
@@ -380,37 +393,17 @@ def test_a_trial_has_a_user_name_though_its_uid_has_no_passwd_entry(level):
     sandbox's environment instead of a KeyError that fails every GPU trial."""
     if os.geteuid() != 0 and level == "user":
         pytest.skip("the user level needs a root agent")
-    with tempfile.TemporaryDirectory() as top:  # the sandbox uid must pass through its parents
-        os.chmod(top, 0o755)
-        _user_name_trial(Path(top), level)
-
-
-def _user_name_trial(tmp_path: Path, level: str) -> None:
-    from workers.backends.python_backend import PYTHON_PATHS_ENV
-    from workers.contract import TrialSpec
-    from workers.sandbox import execute_trial
-
-    objectives = tmp_path / "objectives"
-    objectives.mkdir(mode=0o755)
-    (objectives / "who.py").write_text(
-        "import getpass, os, pwd\n"
-        "def f(config):\n"
-        "    try:\n"
-        "        pwd.getpwuid(os.getuid())\n"
-        "        listed = 1.0\n"
-        "    except KeyError:\n"
-        "        listed = 0.0\n"
-        "    return {'named': float(getpass.getuser() == 'paretune-trial'), 'listed': listed}\n")
-    sandbox = Sandbox(work_root=tmp_path / "work", env_overrides={PYTHON_PATHS_ENV: str(objectives)})
-    sandbox.isolation = choose(level, work_root=sandbox.root, hidden=[], read_only=(str(objectives),))
-    try:
-        spec = TrialSpec(trial_id=1, study_id=1, number=0, attempt=1, is_baseline=True,
-                         kernel=KernelSpec(backend="python", source="who:f", options={"path": str(objectives)}),
-                         config={}, objectives=["named", "listed"], compile_timeout_s=60, run_timeout_s=60)
-        result = execute_trial(spec, ArtifactCache(tmp_path / "cache"), sandbox=sandbox)
-    finally:
-        sandbox.close()
-    assert result is not None and result.status == "completed", result and result.message
+    with _traversable_root() as top:
+        result = _objective_in_sandbox(Path(top), level, (
+            "import getpass, os, pwd\n"
+            "def f(config):\n"
+            "    try:\n"
+            "        pwd.getpwuid(os.getuid())\n"
+            "        listed = 1.0\n"
+            "    except KeyError:\n"
+            "        listed = 0.0\n"
+            "    return {'named': float(getpass.getuser() == 'paretune-trial'), 'listed': listed}\n"),
+            ["named", "listed"])
     assert result.metrics["listed"].value == 0.0  # the case that failed: no passwd entry
     assert result.metrics["named"].value == 1.0
 
@@ -418,12 +411,7 @@ def _user_name_trial(tmp_path: Path, level: str) -> None:
 def test_the_compiler_named_by_cc_is_visible_in_namespaces(monkeypatch):
     """A compiler installed outside /usr (CC=/opt/gcc/bin/gcc on GPU hosts; Triton builds
     its launcher with it) is visible, read-only, inside the namespaces sandbox."""
-    from workers.backends.python_backend import PYTHON_PATHS_ENV
-    from workers.contract import TrialSpec
-    from workers.sandbox import execute_trial
-
-    with tempfile.TemporaryDirectory() as top:
-        os.chmod(top, 0o755)
+    with _traversable_root() as top:
         root = Path(top)
         compiler = root / "toolchain" / "bin" / "cc"
         compiler.parent.mkdir(parents=True)
@@ -432,9 +420,7 @@ def test_the_compiler_named_by_cc_is_visible_in_namespaces(monkeypatch):
         compiler.write_text("#!/bin/sh\ncat \"$(dirname \"$0\")/../lib/marker\"\n")
         compiler.chmod(0o755)
         monkeypatch.setenv("CC", str(compiler))
-        objectives = root / "objectives"
-        objectives.mkdir(mode=0o755)
-        (objectives / "compile.py").write_text(
+        result = _objective_in_sandbox(root, "namespaces", (
             "import os, subprocess\n"
             "def f(config):\n"
             "    out = subprocess.run([os.environ['CC']], capture_output=True, text=True).stdout\n"
@@ -443,18 +429,7 @@ def test_the_compiler_named_by_cc_is_visible_in_namespaces(monkeypatch):
             "        writable = 1.0\n"
             "    except OSError:\n"
             "        writable = 0.0\n"
-            "    return {'ran': float(out.strip() == '42'), 'writable': writable}\n")
-        sandbox = Sandbox(work_root=root / "work", env_overrides={PYTHON_PATHS_ENV: str(objectives)})
-        sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[], read_only=(str(objectives),))
-        try:
-            spec = TrialSpec(trial_id=1, study_id=1, number=0, attempt=1, is_baseline=True,
-                             kernel=KernelSpec(backend="python", source="compile:f",
-                                               options={"path": str(objectives)}),
-                             config={}, objectives=["ran", "writable"], compile_timeout_s=60, run_timeout_s=60)
-            result = execute_trial(spec, ArtifactCache(root / "cache"), sandbox=sandbox)
-        finally:
-            sandbox.close()
-    assert result is not None and result.status == "completed", result and result.message
+            "    return {'ran': float(out.strip() == '42'), 'writable': writable}\n"), ["ran", "writable"])
     assert result.metrics["ran"].value == 1.0 and result.metrics["writable"].value == 0.0
 
 
