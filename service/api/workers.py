@@ -20,6 +20,7 @@ from service.errors import Conflict, Forbidden, Invalid, NotFound
 from service.store.db import after_commit
 from service.store.models import Study, Trial, Worker
 from service.trials import leases
+from service.trials.leases import QueueKey
 from service.trials.workers import WorkerInfo
 from workers import contract as wire
 
@@ -71,23 +72,24 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
     principal.require_worker()
     deadline = time.monotonic() + body.wait_s
     notifier = state.notifier
-    pool: str | None = None
+    queue: QueueKey | None = None  # the worker's pool and what it can run, once looked up
     while True:
         unanswered = notifier.unanswered_pool_wakeups
-        if pool is None or not state.empty_queues.known_empty(pool, unanswered):
+        if queue is None or not state.empty_queues.known_empty(queue, unanswered):
             started = time.perf_counter()
-            reply, found = await state.db.run(lease_once, state, principal, body.worker_id)
+            reply, worker = await state.db.run(lease_once, state, principal, body.worker_id)
             state.metrics.lease_seconds.observe(time.perf_counter() - started)
             if reply is not None:
                 return reply
-            state.empty_queues.found_empty(pool := found, unanswered)
+            queue = QueueKey(worker.pool, worker.backends, worker.energy)
+            state.empty_queues.found_empty(queue, unanswered)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Response(status_code=204)
-        await notifier.wait(f"pool:{pool}", min(remaining, state.empty_queues.period_s))
+        await notifier.wait(f"pool:{queue.pool}", min(remaining, state.empty_queues.period_s))
 
 
-def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[wire.Lease | None, str]:
+def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[wire.Lease | None, WorkerInfo]:
     """One attempt of a long-poll, in its own transaction (a long-poll spans several)."""
     with state.db.write() as session:
         worker = owned_worker(session, state, principal, worker_id)
@@ -95,11 +97,11 @@ def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[w
         state.workers.seen(session, worker.id)
         job = validations.acquire(session, worker, state.settings)  # a person waits for a validation
         if job is not None:
-            return job, worker.pool
+            return job, worker
         trial = leases.acquire(session, worker, state.settings)
         if trial is None:
-            return None, worker.pool
-        return leases.lease_reply(trial, state.specs.get(session, trial.study_id), state.settings), worker.pool
+            return None, worker
+        return leases.lease_reply(trial, state.specs.get(session, trial.study_id), state.settings), worker
 
 
 @router.post("/leases/{token}/heartbeat", response_model=wire.HeartbeatResponse)

@@ -85,27 +85,38 @@ class StudySpecs:
         return spec
 
 
+@dataclass(frozen=True)
+class QueueKey:
+    """What a worker can lease: its pool's trials and jobs of its backends (with energy
+    measurement or without)."""
+
+    pool: str
+    backends: tuple[str, ...]
+    energy: bool
+
+
 class EmptyQueues:
-    """Pools whose queue this replica found empty. A trial queued later wakes as many
-    waiting long-polls as trials were queued (Notifier.notify_some); a long-poll whose
-    timer runs out looks at the database again only when that may have missed one: a
-    notification found fewer waiters than it announced trials (locally or through Redis)
-    after the empty look, or that look is older than `period_s` (other replicas without
-    Redis). So hundreds of idle workers of a pool cost one query per period, not one each,
-    and the scheduling steps that refill the queue are not crowded out."""
+    """Queues this replica found empty for workers of one kind (QueueKey). A trial queued
+    later wakes as many waiting long-polls of its pool as trials were queued
+    (Notifier.notify_some); a long-poll whose timer runs out looks at the database again
+    only when that may have missed one: a pool notification found fewer waiters than it
+    announced trials (locally or through Redis) after the empty look, or that look is older
+    than `period_s` (other replicas without Redis). So hundreds of idle workers of a kind
+    cost one query per period, not one each, and the scheduling steps that refill the
+    queue are not crowded out."""
 
     def __init__(self, period_s: float) -> None:
         self.period_s = period_s
-        self._empty: dict[str, tuple[int, float]] = {}  # pool -> (unanswered wake-ups then, when)
+        self._empty: dict[QueueKey, tuple[int, float]] = {}  # -> (unanswered wake-ups then, when)
 
-    def known_empty(self, pool: str, unanswered: int) -> bool:
-        seen = self._empty.get(pool)
+    def known_empty(self, queue: QueueKey, unanswered: int) -> bool:
+        seen = self._empty.get(queue)
         return seen is not None and seen[0] == unanswered and time.monotonic() - seen[1] < self.period_s
 
-    def found_empty(self, pool: str, unanswered_before: int) -> None:
-        """The queue was empty for a look that began when `unanswered_before` wake-ups had
+    def found_empty(self, queue: QueueKey, unanswered_before: int) -> None:
+        """Nothing for `queue` in a look that began when `unanswered_before` wake-ups had
         gone unanswered."""
-        self._empty[pool] = (unanswered_before, time.monotonic())
+        self._empty[queue] = (unanswered_before, time.monotonic())
 
 
 @dataclass(frozen=True)
