@@ -317,9 +317,7 @@ class Run:
         rs.log(f"plain process's own ratio {mine.ratio:.4f} [{mine.ci_low or 0:.4f}, {mine.ci_high or 0:.4f}] "
                f"({mine.rounds} rounds); the intervals overlap: {overlap}")
         rs.log(f"WITHIN the validation's interval: {within}")
-        with open(self.out / "logs.txt", "w") as logs:
-            for path in sorted(self.work.glob("*.log")):
-                logs.write(f"===== {path.name} =====\n{path.read_text(errors='replace')[-30000:]}\n")
+        (self.out / "logs.txt").write_text(rs.log_tails(self.work, 30000))
         return summary
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:

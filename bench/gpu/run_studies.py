@@ -154,6 +154,12 @@ def cpu_sets(gpu: int, slots: int) -> tuple[str, str]:
     return ",".join(map(str, measure)), ",".join(map(str, mine[len(measure) :]))
 
 
+def log_tails(work: Path, chars: int) -> str:
+    """The last `chars` characters of every *.log of a run's work directory, each under its name."""
+    return "".join(f"===== {path.name} =====\n{path.read_text(errors='replace')[-chars:]}\n"
+                   for path in sorted(work.glob("*.log")))
+
+
 def cli(*args: str, env: dict[str, str]) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, env=env, check=True, cwd=REPO
@@ -674,8 +680,7 @@ def main() -> None:
     try:
         result = run.run()
     except BaseException:
-        for path in sorted(run.work.glob("*.log")):
-            print(f"===== {path.name} =====\n{path.read_text(errors='replace')[-3000:]}", flush=True)
+        print(log_tails(run.work, 3000), flush=True)
         raise
     summarize(result)
 

@@ -182,9 +182,7 @@ class Compare:
                   "studies": studies, "versus": configs, "head_to_head": h2h,
                   "elapsed_s": time.monotonic() - self.started}
         (self.out / "screening_compare.json").write_text(json.dumps(result, default=str))
-        with open(self.out / "logs.txt", "w") as logs:
-            for path in sorted(self.work.glob("*.log")):
-                logs.write(f"===== {path.name} =====\n{path.read_text(errors='replace')[-30000:]}\n")
+        (self.out / "logs.txt").write_text(rs.log_tails(self.work, 30000))
         return result
 
     def versus_configs(self, studies: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -335,8 +333,7 @@ def main() -> None:
     try:
         result = compare.run()
     except BaseException:
-        for path in sorted(compare.work.glob("*.log")):
-            print(f"===== {path.name} =====\n{path.read_text(errors='replace')[-3000:]}", flush=True)
+        print(rs.log_tails(compare.work, 3000), flush=True)
         raise
     text = summarize(result, args.local)
     (out / "screening_compare.md").write_text(text + "\n")

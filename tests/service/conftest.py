@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -81,8 +82,15 @@ class Api:
 
     def run_worker(self, worker: tuple[dict[str, str], int], results: Any, limit: int = 100_000) -> int:
         """Lease and report until nothing is queued; `results(trial)` makes each result body."""
+        return self.run_workers([worker], results, limit=limit)
+
+    def run_workers(self, workers: list[tuple[dict[str, str], int]], results: Any, *, limit: int = 100_000,
+                    seed: int = 7) -> int:
+        """Like run_worker, each lease taken by one of `workers` in a seeded random order."""
+        order = random.Random(seed)
         done = 0
         while done < limit:
+            worker = workers[order.randrange(len(workers))]
             held = self.lease(worker)
             if held is None:
                 self.quiesce()

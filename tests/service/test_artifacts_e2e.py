@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import run_cli
+from helpers import run_cli, wait_for
 
 from workers.backends.cpu import flags_for
 from workers.kernels import get_builtin
@@ -25,16 +24,6 @@ from workers.runtime import ArtifactStore
 pytestmark = pytest.mark.postgres
 
 FAST_MEASURE = {"warmup_s": 0.01, "min_repeats": 10, "max_repeats": 200, "target_s": 0.05}
-
-
-def wait(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def settled(client: Any, candidate_id: int) -> dict[str, Any] | None:
@@ -77,7 +66,7 @@ def test_study_to_runtime_through_approval(live_service, tmp_path: Path) -> None
         study_id = admin.post("/v1/studies", json=document).json()["id"]
         for name in ("a", "b"):
             service.start_worker(worker_token, "--cache-dir", cache, name=name)
-        wait(lambda: admin.get(f"/v1/studies/{study_id}").json()["state"] == "completed", 240, "the study")
+        wait_for(lambda: admin.get(f"/v1/studies/{study_id}").json()["state"] == "completed", 240, "the study")
         trials = admin.get(f"/v1/studies/{study_id}/trials").json()["items"]
         best = min((t for t in trials if t["state"] == "completed" and not t["is_baseline"]),
                    key=lambda t: t["values"]["runtime_ms"])
@@ -88,7 +77,7 @@ def test_study_to_runtime_through_approval(live_service, tmp_path: Path) -> None
         assert r.status_code == 201, r.text
         candidate = r.json()["candidates"][0]
         assert [j["rounds"] for j in r.json()["validation"]["jobs"]] == [3, 3]
-        detail = wait(lambda: settled(admin, candidate["id"]), 240, "the validation")
+        detail = wait_for(lambda: settled(admin, candidate["id"]), 240, "the validation")
         assert detail["state"] == "validated", detail
         for metric in detail["result"]["metrics"]:
             assert metric["rounds"] == 6 and metric["jobs"] == 2
@@ -147,7 +136,7 @@ def test_study_to_runtime_through_approval(live_service, tmp_path: Path) -> None
                                                                           "rounds": 4})
         assert again.status_code == 201, again.text
         second = again.json()["candidates"][0]
-        assert wait(lambda: settled(admin, second["id"]), 240, "the re-validation")["state"] == "validated"
+        assert wait_for(lambda: settled(admin, second["id"]), 240, "the re-validation")["state"] == "validated"
         v2 = bob.post(f"/v1/candidates/{second['id']}/approve")
         assert v2.status_code == 201 and v2.json()["version"] == 2 and v2.json()["artifact_id"] == artifact_id
         assert v2.json()["document"]["supersedes"] == 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import random
 from typing import Any
 
 import pytest
@@ -73,18 +72,7 @@ def _alternate(api: Api, workers: list[tuple[dict[str, str], int]], answer: Any,
     """Two workers take the queue's trials in a seeded random order until the study has
     finished (strict turns could line up with the queue so that a trial's screen and full
     stage always fall to the same worker)."""
-    order = random.Random(7)
-    while True:
-        worker = workers[order.randrange(len(workers))]
-        held = api.lease(worker)
-        if held is None:
-            api.quiesce()
-            held = api.lease(worker)
-        if held is None:
-            break
-        r = api.post_result(worker, held["token"], answer(held["trial"]))
-        assert r.status_code == 200, r.text
-    api.quiesce()
+    api.run_workers(workers, answer)
     assert api.client.get(f"/v1/studies/{study_id}", headers=api.admin).json()["state"] == "completed"
 
 
