@@ -34,6 +34,13 @@ def read_untrusted(path: Path, limit: int = 16 << 20) -> bytes:
         return handle.read(limit + 1)[:limit]
 
 
+def write_whole(path: Path, text: str) -> None:
+    """Replace a sandbox's progress file at once: the agent reading it after a kill never sees it half written."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
 def read_untrusted_tail(path: Path, offset: int, limit: int) -> tuple[str, bool]:
     """What was written to `path` after `offset`, at most its last `limit` bytes, and
     whether it was cut; empty when the file is not a regular file."""

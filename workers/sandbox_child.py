@@ -32,6 +32,7 @@ from workers import isolation_limits
 from workers.backends import BackendUnavailable, get_backend
 from workers.backends.base import Backend, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, TrialSpec
+from workers.isolation_files import write_whole
 from workers.validation_run import run_validation_job
 
 LOG_LIMIT = 16_000
@@ -51,7 +52,7 @@ def _run(
 ) -> dict[str, Any]:
     b = job["built"]
     built = CompiledKernel(Path(b["directory"]), b.get("files", {}), b.get("report", {}), b.get("log", ""))
-    (jobdir / "phase").write_text("check")
+    write_whole(jobdir / "phase", "check")
     started = time.perf_counter()
     outcome = backend.check(spec.kernel, spec.config, built)
     partial["timings"] = {"check_s": time.perf_counter() - started}
@@ -62,7 +63,7 @@ def _run(
             "the output differs from the reference: " + json.dumps(_short(outcome.details), default=str),
             "correctness check failed:\n" + json.dumps(outcome.details, indent=1, default=str),
         )
-    (jobdir / "phase").write_text("measure")
+    write_whole(jobdir / "phase", "measure")
     started = time.perf_counter()
     metrics, environment = backend.measure(spec.kernel, spec.config, built, spec.objectives, spec.measure)
     partial["timings"]["measure_s"] = time.perf_counter() - started

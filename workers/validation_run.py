@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import traceback
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 from workers.backends import get_backend
 from workers.backends.base import Backend, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, ShapeCorrectness, ValidationSpec, WorkloadShape
-from workers.isolation_files import UnsafeFile, read_untrusted
+from workers.isolation_files import UnsafeFile, read_untrusted, write_whole
 from workers.isolation_jobs import use_build
 from workers.kernels.gpu.loader import shape_key
 
@@ -83,9 +82,7 @@ def _numbers(entry: dict[str, Any], exclude: tuple[str, ...]) -> dict[str, float
 
 
 def save_progress(jobdir: Path, partial: dict[str, Any]) -> None:
-    temporary = jobdir / (PROGRESS_FILE + ".tmp")
-    temporary.write_text(json.dumps(partial, default=str))
-    os.replace(temporary, jobdir / PROGRESS_FILE)
+    write_whole(jobdir / PROGRESS_FILE, json.dumps(partial, default=str))
 
 
 def read_progress(jobdir: Path) -> dict[str, Any]:
@@ -165,7 +162,7 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
 
     started = time.perf_counter()
     for name, (config, compiled) in built.items():
-        (jobdir / "phase").write_text(f"check {name}")
+        write_whole(jobdir / "phase", f"check {name}")
         _check(backend, check_kernel, config, compiled, configs[name])
         save_progress(jobdir, partial)
     partial["timings"]["check_s"] = time.perf_counter() - started
@@ -176,7 +173,7 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
     for round_index in range(spec.rounds):
         order = [measured[i] for i in round_order(len(measured), round_index)]
         for name in order:
-            (jobdir / "phase").write_text(f"round {round_index + 1}/{spec.rounds}: {name}")
+            write_whole(jobdir / "phase", f"round {round_index + 1}/{spec.rounds}: {name}")
             config, compiled = built[name]
             if not _measure(backend, spec, config, compiled, configs[name]):
                 measured.remove(name)
