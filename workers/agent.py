@@ -2,8 +2,8 @@
 
 Threads:
   leaser   leases trials (HTTP long-poll) and compiles each in a sandbox process on the
-           compile CPUs; with prefetch it holds up to two leases, so trial N+1 compiles while
-           trial N measures;
+           compile CPUs; with prefetch it holds `lease_ahead` leases (default one) beyond
+           the trial measuring, so trial N+1 compiles while trial N measures;
   main     checks and measures one trial at a time in a sandbox process pinned to the
            measurement CPU (the device is never shared by two measurements, nor with a
            compile when the machine has a spare core), then posts the result;
@@ -76,6 +76,7 @@ class AgentConfig:
     name: str | None = None
     cache_dir: Path | None = None
     prefetch: bool = True
+    lease_ahead: int = 1  # with prefetch: trials held leased (and compiled) beyond the one measuring
     max_trials: int | None = None
     backends: list[str] | None = None  # None: every backend whose probe says available
     wait_s: float = 10.0  # lease long-poll
@@ -152,7 +153,7 @@ class Agent:
         self.cache = ArtifactCache(config.cache_dir or default_cache_dir())
         self.sandbox = self._sandbox()
         self.summary = AgentSummary()
-        self.slots = threading.Semaphore(2 if config.prefetch else 1)
+        self.slots = threading.Semaphore(1 + max(1, config.lease_ahead) if config.prefetch else 1)
         self.ready: queue.Queue[HeldLease | None] = queue.Queue()
         self.held: dict[str, HeldLease] = {}
         self.held_lock = threading.Lock()
@@ -292,7 +293,7 @@ class Agent:
         self._send_registration()
         log.info(
             "registered as worker %d (%s) in pool %r at %s; isolation %s; backends %s; energy %s; "
-            "prefetch %s; measure CPUs %s, compile CPUs %s; GPU %s; warm runners for %s",
+            "prefetch %s (lease ahead %d); measure CPUs %s, compile CPUs %s; GPU %s; warm runners for %s",
             self.worker_id,
             name,
             self.config.pool,
@@ -301,6 +302,7 @@ class Agent:
             ",".join(usable),
             fingerprint.energy,
             self.config.prefetch,
+            self.config.lease_ahead if self.config.prefetch else 0,
             self.measure_cpus,
             self.compile_cpus,
             "all visible" if self.config.gpu is None else self.config.gpu,
@@ -649,6 +651,8 @@ def start_agent_process(config: AgentConfig, log_path: Path | None = None) -> su
         command += ["--cache-dir", str(config.cache_dir)]
     if not config.prefetch:
         command.append("--no-prefetch")
+    elif config.lease_ahead != 1:
+        command += ["--lease-ahead", str(config.lease_ahead)]
     if config.max_trials is not None:
         command += ["--max-trials", str(config.max_trials)]
     if config.backends:

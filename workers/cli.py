@@ -111,6 +111,12 @@ def worker(
     prefetch: Annotated[
         bool, typer.Option(help="Lease and compile the next trial while this one measures")
     ] = True,
+    lease_ahead: Annotated[
+        int,
+        typer.Option(min=1, max=8, help="With prefetch: trials held leased and compiled beyond the one measuring. "
+                     "More hides the round trip to the service when trials are short (screening) but holds "
+                     "trials other workers could take"),
+    ] = 1,
     max_trials: Annotated[int | None, typer.Option(help="Exit after this many trials")] = None,
     backends: Annotated[
         str | None,
@@ -191,6 +197,7 @@ def worker(
         name=name,
         cache_dir=cache_dir,
         prefetch=prefetch,
+        lease_ahead=lease_ahead,
         max_trials=max_trials,
         backends=parse_backends(backends),
         warm_runner=warm,

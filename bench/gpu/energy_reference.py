@@ -140,10 +140,11 @@ class GpuBench:
 
         return [shape.weight for shape in resolve(spec, dict(entry.get("config") or {}), entry["backend"]).workload]
 
-    def trial(self, name: str, gap_s: float) -> dict[str, Any]:
+    def trial(self, name: str, gap_s: float, warmup_s: float | None = None) -> dict[str, Any]:
         backend, spec, config, built, weights = self.prepared[name]
+        settings = self.settings if warmup_s is None else self.settings.model_copy(update={"warmup_s": warmup_s})
         time.sleep(gap_s)
-        metrics, environment = backend.measure(spec, config, built, OBJECTIVES, self.settings)
+        metrics, environment = backend.measure(spec, config, built, OBJECTIVES, settings)
         if "energy_mj" not in metrics or "power_w" not in metrics:
             return {"error": environment.get("energy_error", "no energy"), "environment": environment}
         shapes = [shape["hot"] for shape in environment["shapes"].values()]
@@ -206,13 +207,13 @@ class SimulatedBench:
         results = [as_reference(g.steady_energy_per_call_mj(), g.steady_power_w()) for _, g in shapes]
         return combine_references(results, [w for w, _ in shapes])
 
-    def trial(self, name: str, gap_s: float) -> dict[str, Any]:
+    def trial(self, name: str, gap_s: float, warmup_s: float | None = None) -> dict[str, Any]:
         samples: list[ShapeSamples] = []
         edges: list[dict[str, Any]] = []
         weights: list[float] = []
         for weight, gpu in self.kernels[name]:
             device, warmup = self._device(gpu)
-            run = simulate_run(device, self.hot_window_s, warmup_s=warmup)
+            run = simulate_run(device, self.hot_window_s, warmup_s=warmup if warmup_s is None else warmup_s)
             sample = ShapeSamples(str(len(samples)), weight, hot_ms=run.per_call_ms, hot_mean_ms=run.mean_call_ms)
             replays = (run.replay_ms, run.calls_per_replay)
             edges.append(hot_energy(sample, run.readings, run.busy_start, run.busy_end, *replays))
@@ -258,7 +259,11 @@ def run_rounds(bench: Any, names: list[str], args: argparse.Namespace, report: d
             for what in order:
                 started = time.perf_counter()
                 if what == "trial":
-                    row["trial"] = bench.trial(name, args.gap_s)
+                    warmups = args.trial_warmups or [None]
+                    variants = {str(w): bench.trial(name, args.gap_s, w) for w in warmups}
+                    row["trial"] = variants[str(warmups[0])]
+                    if len(variants) > 1:
+                        row["trial_warmups"] = variants
                 else:
                     row["reference"] = bench.reference(name, args.gap_s, args.reference_s)
                 row[f"{what}_wall_s"] = time.perf_counter() - started
@@ -279,6 +284,10 @@ def ratios(row: dict[str, Any]) -> dict[str, float] | None:
     if "edge_power_w" in trial:
         out["edge_power"] = trial["edge_power_w"] / reference["power_w"]
         out["edge_energy"] = trial["edge_energy_mj"] / reference["energy_mj"]
+    for warmup, variant in list(row.get("trial_warmups", {}).items())[1:]:  # the first is `trial`
+        if "power_w" in variant:
+            out[f"power_warmup_{warmup}"] = variant["power_w"] / reference["power_w"]
+            out[f"energy_warmup_{warmup}"] = variant["energy_mj"] / reference["energy_mj"]
     return out
 
 
@@ -308,7 +317,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for name in dict.fromkeys(row["kernel"] for row in rows):
         found = [r for row in rows if row["kernel"] == name and (r := ratios(row)) is not None]
         entry: dict[str, Any] = {"rounds": len(found)}
-        for quantity in ("power", "energy", "edge_power", "edge_energy"):
+        for quantity in dict.fromkeys(q for r in found for q in r):
             values = [r[quantity] for r in found if quantity in r]
             if not values:
                 continue
@@ -324,13 +333,13 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def print_summary(summary: dict[str, dict[str, Any]]) -> None:
-    print(f"\n{'kernel':14} {'rounds':>6} {'quantity':12} {'median':>8} {'worst':>8}  within 1% / 2%")
+    print(f"\n{'kernel':14} {'rounds':>6} {'quantity':18} {'median':>8} {'worst':>8}  within 1% / 2%")
     for name, entry in summary.items():
-        for quantity in ("power", "energy", "edge_power", "edge_energy"):
+        for quantity in [q for q in entry if q != "rounds"]:
             if quantity in entry:
                 q = entry[quantity]
                 print(
-                    f"{name:14} {entry['rounds']:>6} {quantity:12} {q['median']:8.4f} {q['worst']:8.4f}  "
+                    f"{name:14} {entry['rounds']:>6} {quantity:18} {q['median']:8.4f} {q['worst']:8.4f}  "
                     f"{'yes' if q['passes'] else 'NO'}"
                 )
 
@@ -362,6 +371,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--hot-window-s", type=float, default=1.6, help="the trial's hot window")
     parser.add_argument("--gap-s", type=float, default=1.0, help="idle before each trial and reference")
+    parser.add_argument("--trial-warmups", type=lambda text: [float(x) for x in text.split(",")], default=None,
+                        help="comma-separated warm-ups (s) of the trial measurement, each measured every round "
+                             "and compared with the same reference (default: the worker's 0.1 s)")
     parser.add_argument("--cache", default="/tmp/paretune-energy-reference-cache")
     parser.add_argument("--out", default=None, help="raw JSON (written after every row)")
     parser.add_argument("--local", action="store_true", help="a simulated GPU instead of the real one")

@@ -85,7 +85,7 @@ class Compare:
         measure, compile_ = rs.cpu_sets(0, 1)
         command = [sys.executable, "-m", "workers", "--server", rs.SERVER, "--pool", "gpu0", "--name", f"gpu0-{name}",
                    "--cache-dir", str(cache), "--gpu", "0", "--measure-cpus", measure, "--compile-cpus", compile_,
-                   "--warm"]
+                   "--warm", "--lease-ahead", str(self.args.lease_ahead)]
         if self.local:
             command += ["--backends", "cpu"]
         env = {**self.env, "PARETUNE_WORKER_TOKEN": self.token, "TRITON_CACHE_DIR": str(self.work / f"triton-{name}")}
@@ -114,7 +114,7 @@ class Compare:
         return {
             "name": name, "kernel": {"backend": self.backend, "builtin": self.builtin},
             "objectives": self.objectives, "sampler": sampler, "budget": {"max_trials": trials},
-            "parallelism": 2, "pool": "gpu0", "measure": measure,
+            "parallelism": self.args.parallelism, "pool": "gpu0", "measure": measure,
             "limits": {"compile_timeout_s": 300, "run_timeout_s": 120, "max_attempts": 2},
         }
 
@@ -239,7 +239,25 @@ def throughput(data: dict[str, Any]) -> dict[str, Any]:
     for t in data["trials"]:
         states[t["state"]] = states.get(t["state"], 0) + 1
     return {"trials": len(trials), "span_s": span, "trials_per_gpu_minute": len(trials) / span * 60 if span else None,
-            "run_phase_gpu_s": gpu_s, "gpu_s_per_trial": gpu_s / len(trials), "states": states}
+            "run_phase_gpu_s": gpu_s, "gpu_s_per_trial": gpu_s / len(trials), "states": states,
+            "gpu_busy": gpu_s / span if span else None, "stage_timings": stage_timings(data)}
+
+
+def stage_timings(data: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Median seconds of each part of a trial, per stage (screen, full), from the workers' timings."""
+    found: dict[str, dict[str, list[float]]] = {}
+    for trial in data["trials"]:
+        stages = [(trial.get("stage") or "full", trial.get("timings") or {})]
+        if trial.get("stage") == "full" and trial.get("screening"):
+            stages.append(("screen", (trial["screening"] or {}).get("timings") or {}))
+        elif trial.get("stage") == "screen":
+            stages = [("screen", trial.get("timings") or {})]
+        for stage, timings in stages:
+            for name, value in timings.items():
+                if isinstance(value, int | float):
+                    found.setdefault(stage, {}).setdefault(name, []).append(float(value))
+    return {stage: {name: statistics.median(values) for name, values in parts.items()}
+            for stage, parts in found.items()}
 
 
 def time_to_two_percent(data: dict[str, Any], sweep: dict[str, Any]) -> dict[str, Any]:
@@ -289,6 +307,11 @@ def summarize(result: dict[str, Any], local: bool) -> str:
         rows.setdefault("span from the study's creation to its last result, s", []).append(f"{tp.get('span_s', 0):.1f}")
         rows.setdefault("trials per GPU-minute", []).append(f"{tp.get('trials_per_gpu_minute') or 0:.1f}")
         rows.setdefault("run-phase GPU seconds per trial", []).append(f"{tp.get('gpu_s_per_trial', 0):.2f}")
+        rows.setdefault("share of the span the GPU ran a trial", []).append(f"{tp.get('gpu_busy') or 0:.2f}")
+        rows.setdefault("median seconds per stage (compile wall, check, measure, run wall)", []).append("; ".join(
+            f"{stage}: " + ", ".join(f"{parts.get(k, float('nan')):.2f}"
+                                     for k in ("compile_wall_s", "check_s", "measure_s", "run_wall_s"))
+            for stage, parts in sorted(tp.get("stage_timings", {}).items())))
         rows.setdefault("best runtime_ms (config)", []).append(
             f"{best['values']['runtime_ms']:.4f} (`{json.dumps(best['config'])}`)" if best else "-")
         name = names.get(json.dumps(best["config"], sort_keys=True)) if best else None
@@ -320,6 +343,8 @@ def main() -> None:
     parser.add_argument("--order", default="full,screen", help="which study runs first")
     parser.add_argument("--energy-runtime-ratio", type=float, default=1.1,
                         help="the screening study's measure.promote.energy_runtime_ratio (0: the default)")
+    parser.add_argument("--parallelism", type=int, default=2, help="both studies' parallelism")
+    parser.add_argument("--lease-ahead", type=int, default=1, help="the worker's --lease-ahead")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the re-measurement")
     parser.add_argument("--deadline-s", type=float, default=430)
     parser.add_argument("--h2h-s", type=float, default=80, help="kept for the re-measurement at the end")

@@ -10,6 +10,10 @@ measured head to head, interleaved, for a like-for-like comparison on this GPU.
     python3 bench/gpu/sweep.py --kernel gemm_bf16 --cache DIR --out sweep.json \
         [--deadline-s 400] [--versus FILE --versus-wait-s 120] [--shard I/N] [--workload '[{"dims": {...}}]']
 
+`--skip FILE...` leaves out the configurations those sweep files hold (a stopped shard goes on
+where it stopped); `--compile-only` only fills the artifact cache, so that several processes
+compile on the CPUs ahead of the one that measures.
+
 `--shard I/N` sweeps every N-th configuration of the shuffled order from the I-th (0-based),
 so that N processes, one per GPU, or several shorter runs sweep a space too large for one
 call together (RMSNorm: 1,152 points); their `rows` joined are the whole sweep, and the
@@ -116,6 +120,21 @@ class Harness:
         return row
 
 
+def compile_ahead(harness: Harness, points: list[dict[str, Any]], deadline: float) -> None:
+    """Compile into the artifact cache only; a configuration that does not compile is left
+    for the sweep, which records why."""
+    built = failed = 0
+    for config in points:
+        if time.monotonic() > deadline:
+            break
+        try:
+            harness.built(config)
+            built += 1
+        except Exception:
+            failed += 1
+    print(json.dumps({"compiled": built, "failed": failed, "of": len(points)}), flush=True)
+
+
 def _first_hot(environment: dict[str, Any]) -> dict[str, Any]:
     """The first shape's hot-window environment (GPU backends; empty for others)."""
     shapes = environment.get("shapes")
@@ -179,6 +198,9 @@ def main() -> None:
     parser.add_argument("--settings", default=None, help="measurement settings as JSON (default: the sweep's)")
     parser.add_argument("--workload", default=None, help="shapes as JSON (default: the built-in's)")
     parser.add_argument("--shard", default="0/1", help="I/N: every N-th configuration from the I-th")
+    parser.add_argument("--skip", nargs="*", default=[], help="sweep files whose rows are not evaluated again")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="only fill the artifact cache (run several at once, on CPUs, ahead of the sweep)")
     args = parser.parse_args()
     shard, shards = (int(part) for part in args.shard.split("/"))
     OBJECTIVES[:] = args.objectives.split(",")
@@ -211,6 +233,12 @@ def main() -> None:
     space_size = len(points)
     random.Random(args.seed).shuffle(points)
     points = points[shard::shards]
+    done_before = {json.dumps(row["config"], sort_keys=True)
+                   for path in args.skip if Path(path).exists() for row in json.loads(Path(path).read_text())["rows"]}
+    points = [p for p in points if json.dumps(p, sort_keys=True) not in done_before]
+    if args.compile_only:
+        compile_ahead(harness, points, deadline)
+        return
     out = Path(args.out)
     report: dict[str, Any] = {
         "kernel": args.kernel,

@@ -86,6 +86,21 @@ def test_prefetch_leases_ahead_but_never_overlaps_measurements(tmp_path):
     assert len(held_ids) >= 3
 
 
+def test_lease_ahead_holds_that_many_compiled_trials_beyond_the_one_measuring(tmp_path):
+    specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 0.4, "tag": str(i)}, objectives=["f1"]) for i in range(6)]
+    plane = Plane(heartbeat_s=0.2)
+    plane.add(*specs)
+    with PlaneServer(plane) as server:
+        summary = run_agent(_config(server, tmp_path, max_trials=6, prefetch=True, lease_ahead=2))
+    assert summary.completed == 6
+    events = sorted([(t, 1) for t, _, _ in plane.leased] + [(t, -1) for t, _, _ in plane.result_posts])
+    held, most = 0, 0
+    for _, change in events:
+        held += change
+        most = max(most, held)
+    assert most == 3  # the trial measuring and two more, never a fourth
+
+
 def test_without_prefetch_one_lease_at_a_time(tmp_path):
     specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 0.2}, objectives=["f1"]) for _ in range(3)]
     plane = Plane()
