@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -38,8 +39,9 @@ from service.domain.artifact_states import (
 from service.domain.storable import storable, storable_text
 from service.domain.validation import compare_reports
 from service.errors import Conflict, Invalid
-from service.store.db import is_postgres
+from service.store.db import after_commit, is_postgres
 from service.store.models import Candidate, Study, Trial, Validation, ValidationJob, Worker, as_utc, utcnow
+from service.trials.leases import QueueKey
 from service.trials.workers import WorkerDirectory, WorkerInfo
 from workers import contract as wire
 
@@ -107,14 +109,46 @@ def start(session: Session, study: Study, candidates: list[Candidate], *, rounds
     for candidate in candidates:
         candidate.validation_id = validation.id
     session.flush()
+    after_commit(session, QUEUED_HINT.queued)
     return validation
 
 
 # -- the lease queue -------------------------------------------------------------------------
 
 
+class QueuedJobsHint:
+    """Kinds of worker for which this process recently found no queued validation job.
+
+    Validation jobs are rare beside trials, so a lease skips looking for one for `period_s`
+    after a look found none for its kind of worker (pool, backends, energy), unless a job was
+    queued since: by this process, at once (`queued` runs after the commit that queued it);
+    by another replica, within the period."""
+
+    def __init__(self, period_s: float = 1.0) -> None:
+        self.period_s = period_s
+        self._none: dict[QueueKey, float] = {}  # -> when the look that found none began
+        self._queued_at = 0.0
+
+    def skip(self, queue: QueueKey) -> bool:
+        looked = self._none.get(queue)
+        return looked is not None and looked > self._queued_at and time.monotonic() - looked < self.period_s
+
+    def found_none(self, queue: QueueKey, looked_at: float) -> None:
+        self._none[queue] = looked_at
+
+    def queued(self) -> None:
+        self._queued_at = time.monotonic()
+
+
+QUEUED_HINT = QueuedJobsHint()
+
+
 def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> wire.Lease | None:
     """Lease the oldest queued validation job of the worker's pool that it can run."""
+    queue = QueueKey(worker.pool, worker.backends, worker.energy)
+    if QUEUED_HINT.skip(queue):
+        return None
+    looked_at = time.monotonic()
     stmt = (select(ValidationJob)
             .where(ValidationJob.pool == worker.pool, ValidationJob.state == JobState.QUEUED.value,
                    ValidationJob.backend.in_(worker.backends))
@@ -125,6 +159,7 @@ def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> wire.Le
         stmt = stmt.with_for_update(skip_locked=True)
     job = session.execute(stmt).scalar_one_or_none()
     if job is None:
+        QUEUED_HINT.found_none(queue, looked_at)
         return None
     check_job(job.state, JobState.RUNNING)
     now = utcnow()
@@ -220,6 +255,7 @@ def expire(session: Session, limit: int = 100) -> set[str]:
         if job.attempt < job.max_attempts:
             job.state = check_job(job.state, JobState.QUEUED).value
             pools.add(job.pool)
+            after_commit(session, QUEUED_HINT.queued)
         else:
             job.state = check_job(job.state, JobState.FAILED).value
             job.finished_at = utcnow()

@@ -39,27 +39,30 @@ def relative_point(values: dict[str, Any], study: Study) -> tuple[float, ...] | 
 
 
 class Front:
-    """A study's current front as its scheduling step keeps it across steps: each member's
-    point in minimisation space, and in baseline-relative space (None until the baseline
-    completes, or when not finite), computed once per member rather than once per result."""
+    """A study's current front as its scheduling step keeps it across steps: the members'
+    points in minimisation space (`pareto.IncrementalFront`), and each member's values and
+    baseline-relative point (None until the baseline completes, or when not finite),
+    computed once per member rather than once per result."""
 
     def __init__(self, study: Study, members: dict[int, dict[str, Any]]) -> None:
         self.values: dict[int, dict[str, Any]] = {}
-        self.points: dict[int, tuple[float, ...]] = {}
         self.relative: dict[int, tuple[float, ...] | None] = {}
+        self.members: pareto.IncrementalFront[int] = pareto.IncrementalFront(len(study.objectives))
         for key, values in members.items():
-            self.add(study, key, values)
+            self.offer(study, key, values)
 
     def __len__(self) -> int:
-        return len(self.points)
+        return len(self.values)
 
-    def add(self, study: Study, key: int, values: dict[str, Any]) -> None:
-        self.values[key] = dict(values)
-        self.points[key] = minimised(values, study.objectives)
-        self.relative[key] = _finite(relative_point(values, study))
-
-    def remove(self, key: int) -> None:
-        del self.values[key], self.points[key], self.relative[key]
+    def offer(self, study: Study, key: int, values: dict[str, Any]) -> tuple[bool, list[int]]:
+        """Whether the trial `key` joins the front, and the members it pushes off."""
+        on_front, removed = self.members.update(key, minimised(values, study.objectives))
+        for gone in removed:
+            del self.values[gone], self.relative[gone]
+        if on_front:
+            self.values[key] = dict(values)
+            self.relative[key] = _finite(relative_point(values, study))
+        return on_front, removed
 
     def rebase(self, study: Study) -> None:
         """The baseline's values are new: every member's ratios are."""
@@ -110,13 +113,8 @@ def _update_best(study: Study, values: dict[str, Any]) -> None:
 
 def _update_front(study: Study, trial: Trial, front: Front, left: set[int]) -> bool:
     """Add the trial to the front if nothing there dominates it; returns whether it joined."""
-    on_front, removed = pareto.update_front(list(front.points.items()), trial.id,
-                                            minimised(trial.values or {}, study.objectives))
-    for key in removed:
-        left.add(key)
-        front.remove(key)
-    if on_front:
-        front.add(study, trial.id, trial.values or {})
+    on_front, removed = front.offer(study, trial.id, trial.values or {})
+    left.update(removed)
     trial.on_front = on_front
     study.front_size = len(front)
     return on_front

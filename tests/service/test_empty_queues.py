@@ -1,13 +1,14 @@
 """Idle long-polls share what one of them learned: a queue found empty is not looked at
 again until a wake-up may have gone missing (a notification that found fewer waiters than
 the trials it announced) or the poll period has passed; workers that can run different
-things do not share it."""
+things do not share it. Validation jobs, rare beside trials, are looked for likewise."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+from service.artifacts.validations import QueuedJobsHint
 from service.notify import Notifier
 from service.trials.leases import EmptyQueues, QueueKey
 
@@ -49,3 +50,19 @@ def test_a_pool_notification_is_unanswered_when_it_finds_fewer_waiters_than_tria
         return seen
 
     assert asyncio.run(scenario()) == [0, 0, 1, 2]
+
+
+def test_validation_jobs_are_looked_for_again_once_one_is_queued_or_the_period_ends() -> None:
+    hint = QueuedJobsHint(period_s=0.2)
+    assert not hint.skip(GPU)  # never looked
+    hint.found_none(GPU, time.monotonic())
+    assert hint.skip(GPU) and not hint.skip(CPU)  # per kind of worker
+    before = time.monotonic()
+    hint.queued()  # a job queued here (after its commit)
+    assert not hint.skip(GPU)
+    hint.found_none(GPU, before)  # a look that began before the job was queued may have missed it
+    assert not hint.skip(GPU)
+    hint.found_none(GPU, time.monotonic())
+    assert hint.skip(GPU)
+    time.sleep(0.25)
+    assert not hint.skip(GPU)  # the period is over: another replica may have queued one
