@@ -26,7 +26,7 @@ from service.domain.states import TRIAL_FINISHED, StudyState, TrialState, after_
 from service.domain.storable import storable, storable_text
 from service.errors import Conflict
 from service.store.db import is_postgres, lock_study
-from service.store.models import Study, Trial, as_utc, utcnow
+from service.store.models import TRIALS, Study, Trial, as_utc, utcnow
 from service.studies.lifecycle import past_wall_time
 from service.trials.transitions import move, move_where
 from service.trials.workers import WorkerDirectory, WorkerInfo
@@ -137,24 +137,24 @@ class Leased:
 def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> Leased | None:
     """Lease the oldest queued trial of the worker's pool that the worker can run: one
     statement (the row is picked and locked with SKIP LOCKED on Postgres)."""
+    c = TRIALS.c
     candidate = (
-        select(Trial.id)
-        .where(Trial.pool == worker.pool, Trial.state == TrialState.QUEUED.value,
-               Trial.backend.in_(worker.backends))
-        .order_by(Trial.id)
+        select(c.id)
+        .where(c.pool == worker.pool, c.state == TrialState.QUEUED.value, c.backend.in_(worker.backends))
+        .order_by(c.id)
         .limit(1)
     )
     if not worker.energy:
-        candidate = candidate.where(Trial.requires_energy.is_(False))
+        candidate = candidate.where(c.requires_energy.is_(False))
     if is_postgres(session):
         candidate = candidate.with_for_update(skip_locked=True)
     now = utcnow()
     stmt = move_where(
-        session, TrialState.QUEUED, TrialState.RUNNING, Trial.id == candidate.scalar_subquery(),
+        session, TrialState.QUEUED, TrialState.RUNNING, c.id == candidate.scalar_subquery(),
         lease_token=secrets.token_urlsafe(32), lease_expires_at=now + timedelta(seconds=settings.lease_s),
-        attempt=Trial.attempt + 1, worker_id=worker.id, started_at=now, phase="leased",
-    ).returning(Trial.id, Trial.study_id, Trial.number, Trial.attempt, Trial.is_baseline, Trial.config,
-                Trial.lease_token, Trial.lease_expires_at, Trial.stage)
+        attempt=c.attempt + 1, worker_id=worker.id, started_at=now, phase="leased",
+    ).returning(c.id, c.study_id, c.number, c.attempt, c.is_baseline, c.config, c.lease_token,
+                c.lease_expires_at, c.stage)
     row = session.execute(stmt).one_or_none()
     return Leased(*row) if row is not None else None
 
@@ -201,8 +201,8 @@ class Held:
 def held_trial(session: Session, token: str, token_id: int, workers: WorkerDirectory) -> tuple[Held, WorkerInfo]:
     """The trial of a lease token and its worker, if that worker runs under API token
     `token_id` (several agents may share one worker token). Locked on Postgres."""
-    stmt = select(Trial.id, Trial.study_id, Trial.state, Trial.worker_id, Trial.lease_expires_at,
-                  Trial.stage).where(Trial.lease_token == token)
+    c = TRIALS.c
+    stmt = select(c.id, c.study_id, c.state, c.worker_id, c.lease_expires_at, c.stage).where(c.lease_token == token)
     if is_postgres(session):
         stmt = stmt.with_for_update()
     row = session.execute(stmt).one_or_none()
@@ -264,7 +264,7 @@ def record_result(session: Session, trial: Held, spec: StudySpec, worker: Worker
         else:
             fields.update(values=outcome.values, constraint_values=outcome.constraint_values,
                           feasible=outcome.feasible)
-    session.execute(move_where(session, TrialState.RUNNING, state, Trial.id == trial.id, **fields))
+    session.execute(move_where(session, TrialState.RUNNING, state, TRIALS.c.id == trial.id, **fields))
     return wire.ResultAck(trial_id=trial.id, state=state.value)
 
 
