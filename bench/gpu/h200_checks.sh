@@ -54,4 +54,4 @@ wait
 tar czf "$out/h200_checks_$part.tgz" -C "$work" .
 echo "part $part done in $(($(date +%s) - start)) s"
 tail -n 30 "$work/screen.txt" "$work/energy/console.txt" 2>/dev/null
-for shard in 0 1 2 3; do tail -n 2 "$work/rms$shard/console.txt" 2>/dev/null; done
+for shard in 0 1 2 3; do tail -n 2 "$work/rms$shard/console.txt" 2>/dev/null || true; done

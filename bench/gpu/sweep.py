@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import random
 import sys
 import time
@@ -118,6 +119,22 @@ class Harness:
         finally:
             row["seconds"] = time.perf_counter() - started
         return row
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replaced whole, so that a sweep killed while saving leaves its last complete file."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, default=str))
+    os.replace(temporary, path)
+
+
+def recorded_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an earlier sweep file; none (and a warning) when it is missing or unreadable."""
+    try:
+        return list(json.loads(path.read_text())["rows"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"--skip {path}: not used ({type(exc).__name__}: {exc})", flush=True)
+        return []
 
 
 def compile_ahead(harness: Harness, points: list[dict[str, Any]], deadline: float) -> None:
@@ -224,7 +241,7 @@ def main() -> None:
 
         def save(summary: dict[str, Any]) -> None:  # after every round: a kill leaves the rounds done
             result["head_to_head"] = summary
-            Path(args.out).write_text(json.dumps(result, default=str))
+            write_json(Path(args.out), result)
 
         save(head_to_head(harness, configs, args.rounds, deadline, on_round=save))
         print(json.dumps(result["head_to_head"].get("median_runtime_ms")), flush=True)
@@ -233,8 +250,7 @@ def main() -> None:
     space_size = len(points)
     random.Random(args.seed).shuffle(points)
     points = points[shard::shards]
-    done_before = {json.dumps(row["config"], sort_keys=True)
-                   for path in args.skip if Path(path).exists() for row in json.loads(Path(path).read_text())["rows"]}
+    done_before = {json.dumps(row["config"], sort_keys=True) for path in args.skip for row in recorded_rows(Path(path))}
     points = [p for p in points if json.dumps(p, sort_keys=True) not in done_before]
     if args.compile_only:
         compile_ahead(harness, points, deadline)
@@ -255,7 +271,7 @@ def main() -> None:
         row = harness.evaluate(config)
         report["rows"].append(row)
         if index % 10 == 0:
-            out.write_text(json.dumps(report, default=str))
+            write_json(out, report)
             print(
                 f"sweep {index + 1}/{len(points)} {row.get('status')} {row.get('values', {}).get('runtime_ms')}",
                 flush=True,
@@ -275,7 +291,7 @@ def main() -> None:
             if versus.exists():
                 others = json.loads(versus.read_text())
                 report["head_to_head"] = head_to_head(harness, {"sweep_best": best["config"], **others}, args.rounds)
-    out.write_text(json.dumps(report, default=str))
+    write_json(out, report)
     print(json.dumps({k: report.get(k) for k in ("evaluations", "completed", "stopped")}))
 
 
