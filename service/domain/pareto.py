@@ -94,37 +94,48 @@ def update_front(
 class IncrementalFront(Generic[K]):
     """A front kept result by result, as `update_front` decides, with the members' points in
     one array: each update is a vectorised pass over the members (a front of thousands costs
-    microseconds per result, not a Python loop over every member)."""
+    microseconds per result, not a Python loop over every member). Each member may carry a
+    row of other numbers (`extra`, e.g. its point in another space), kept in step with it."""
 
-    def __init__(self, n_objectives: int) -> None:
+    def __init__(self, n_objectives: int, n_extra: int = 0) -> None:
         self._keys: list[K] = []
         self._points: FloatArray = np.empty((0, n_objectives))
+        self._extra: FloatArray = np.empty((0, n_extra))
 
     def __len__(self) -> int:
         return len(self._keys)
 
-    def keys(self) -> list[K]:
+    def member_keys(self) -> list[K]:
         return list(self._keys)
 
-    def update(self, key: K, point: Sequence[float]) -> tuple[bool, list[K]]:
+    @property
+    def extra(self) -> FloatArray:
+        """The members' extra rows, in the order of `member_keys()`."""
+        return self._extra
+
+    @extra.setter
+    def extra(self, rows: FloatArray) -> None:
+        if rows.shape != self._extra.shape:
+            raise ValueError(f"extra rows of shape {rows.shape}; the front holds {self._extra.shape}")
+        self._extra = np.array(rows, dtype=float)
+
+    def update(self, key: K, point: Sequence[float], extra: Sequence[float] = ()) -> tuple[bool, list[K]]:
         """Whether `point` joins the front, and the keys of the members it pushes off (both
         applied here)."""
         new = np.asarray(point, dtype=float)
-        members = self._points
-        if len(self._keys):
+        members, rows = self._points, self._extra
+        removed: list[K] = []
+        if self._keys:
             if bool(np.any(np.all(members <= new, axis=1) & np.any(members < new, axis=1))):
                 return False, []
             pushed = np.all(members >= new, axis=1) & np.any(members > new, axis=1)
             if pushed.any():
                 removed = [self._keys[i] for i in np.flatnonzero(pushed)]
                 self._keys = [k for k, off in zip(self._keys, pushed.tolist(), strict=True) if not off]
-                members = members[~pushed]
-            else:
-                removed = []
-        else:
-            removed = []
+                members, rows = members[~pushed], rows[~pushed]
         self._keys.append(key)
         self._points = np.vstack([members, new[None, :]])
+        self._extra = np.vstack([rows, np.asarray(extra, dtype=float).reshape(1, rows.shape[1])])
         return True, removed
 
 

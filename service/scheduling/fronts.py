@@ -7,6 +7,7 @@ baseline's values and is recomputed in full once when the baseline completes.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -40,14 +41,14 @@ def relative_point(values: dict[str, Any], study: Study) -> tuple[float, ...] | 
 
 class Front:
     """A study's current front as its scheduling step keeps it across steps: the members'
-    points in minimisation space (`pareto.IncrementalFront`), and each member's values and
-    baseline-relative point (None until the baseline completes, or when not finite),
-    computed once per member rather than once per result."""
+    points in minimisation space and, beside each, its point in baseline-relative space (NaN
+    until the baseline completes, or where not finite) in one `pareto.IncrementalFront`, and
+    each member's values; computed once per member rather than once per result."""
 
     def __init__(self, study: Study, members: dict[int, dict[str, Any]]) -> None:
         self.values: dict[int, dict[str, Any]] = {}
-        self.relative: dict[int, tuple[float, ...] | None] = {}
-        self.members: pareto.IncrementalFront[int] = pareto.IncrementalFront(len(study.objectives))
+        n = len(study.objectives)
+        self.members: pareto.IncrementalFront[int] = pareto.IncrementalFront(n, n_extra=n)
         for key, values in members.items():
             self.offer(study, key, values)
 
@@ -56,21 +57,28 @@ class Front:
 
     def offer(self, study: Study, key: int, values: dict[str, Any]) -> tuple[bool, list[int]]:
         """Whether the trial `key` joins the front, and the members it pushes off."""
-        on_front, removed = self.members.update(key, minimised(values, study.objectives))
+        on_front, removed = self.members.update(key, minimised(values, study.objectives),
+                                                _relative_row(values, study))
         for gone in removed:
-            del self.values[gone], self.relative[gone]
+            del self.values[gone]
         if on_front:
             self.values[key] = dict(values)
-            self.relative[key] = _finite(relative_point(values, study))
         return on_front, removed
+
+    def relative_points(self) -> np.ndarray:
+        """The members' baseline-relative points that are known and finite."""
+        rows = self.members.extra
+        return rows[np.all(np.isfinite(rows), axis=1)]
 
     def rebase(self, study: Study) -> None:
         """The baseline's values are new: every member's ratios are."""
-        self.relative = {key: _finite(relative_point(values, study)) for key, values in self.values.items()}
+        rows = [_relative_row(self.values[key], study) for key in self.members.member_keys()]
+        self.members.extra = np.array(rows, dtype=float).reshape(len(rows), len(study.objectives))
 
 
-def _finite(point: tuple[float, ...] | None) -> tuple[float, ...] | None:
-    return point if point is not None and all(np.isfinite(point)) else None
+def _relative_row(values: dict[str, Any], study: Study) -> tuple[float, ...]:
+    point = relative_point(values, study)
+    return point if point is not None else (math.nan,) * len(study.objectives)
 
 
 def load_front(session: Session, study: Study) -> Front:
@@ -121,10 +129,10 @@ def _update_front(study: Study, trial: Trial, front: Front, left: set[int]) -> b
 
 
 def _front_hypervolume(study: Study, front: Front) -> float | None:
-    finite = [point for point in front.relative.values() if point is not None]
-    if not finite:
+    finite = front.relative_points()
+    if not len(finite):
         return 0.0
-    return float(pareto.hypervolume(np.array(finite), study.reference_point))
+    return float(pareto.hypervolume(finite, study.reference_point))
 
 
 def _on_baseline(session: Session, study: Study, baseline: Trial) -> None:

@@ -177,16 +177,17 @@ def test_update_front_point_by_point_equals_the_batch_mask(points: np.ndarray) -
 @given(point_sets(max_n=60))
 def test_the_incremental_front_decides_as_update_front_and_ends_on_the_batch_mask(points: np.ndarray) -> None:
     front: list[tuple[int, tuple[float, ...]]] = []
-    incremental: IncrementalFront[int] = IncrementalFront(points.shape[1])
+    incremental: IncrementalFront[int] = IncrementalFront(points.shape[1], n_extra=1)
     for index, row in enumerate(points):
         point = tuple(row.tolist())
         expected = update_front(front, index, point)
-        assert incremental.update(index, point) == expected
+        assert incremental.update(index, point, (index * 10.0,)) == expected
         front = [entry for entry in front if entry[0] not in set(expected[1])]
         if expected[0]:
             front.append((index, point))
-        assert incremental.keys() == [key for key, _ in front]
-    assert sorted(incremental.keys()) == np.flatnonzero(brute_force_mask(points)).tolist()
+        assert incremental.member_keys() == [key for key, _ in front]
+        assert incremental.extra[:, 0].tolist() == [key * 10.0 for key, _ in front]  # each row stays with its member
+    assert sorted(incremental.member_keys()) == np.flatnonzero(brute_force_mask(points)).tolist()
 
 
 def test_update_front_leaves_its_input_alone() -> None:
