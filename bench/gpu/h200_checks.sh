@@ -9,8 +9,10 @@
 #                  1.0 s (bench/gpu/energy_reference.py), then RMSNorm sweep shard 1/4.
 #   part 2: GPU 0  RMSNorm shards 0/4 (what part 1 left) then 2/4;
 #           GPU 1  RMSNorm shards 1/4 (what part 1 left) then 3/4.
-#           Carry part 1's archive unpacked under .h200/ (ignored by git) so that the
-#           shards go on where they stopped (sweep_shard.sh skips what earlier files hold).
+#           Carry part 1's archive unpacked under .h200/ (here: `echo /.h200/ >>
+#           .git/info/exclude; mkdir .h200; tar xzf h200_checks_1.tgz -C .h200`, then name
+#           .h200 in the call's carry) so that the shards go on where they stopped
+#           (sweep_shard.sh skips what earlier files hold).
 #
 # On the GPU machine, from the repository root, with the wheels of bench/gpu/fetch_wheels.sh:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
