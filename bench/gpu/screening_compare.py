@@ -247,11 +247,10 @@ def stage_timings(data: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Median seconds of each part of a trial, per stage (screen, full), from the workers' timings."""
     found: dict[str, dict[str, list[float]]] = {}
     for trial in data["trials"]:
-        stages = [(trial.get("stage") or "full", trial.get("timings") or {})]
-        if trial.get("stage") == "full" and trial.get("screening"):
-            stages.append(("screen", (trial["screening"] or {}).get("timings") or {}))
-        elif trial.get("stage") == "screen":
-            stages = [("screen", trial.get("timings") or {})]
+        stage = trial.get("stage") or "full"
+        stages = [(stage, trial.get("timings") or {})]
+        if stage == "full" and trial.get("screening"):  # a promoted trial: its screen's timings too
+            stages.append(("screen", trial["screening"].get("timings") or {}))
         for stage, timings in stages:
             for name, value in timings.items():
                 if isinstance(value, int | float):

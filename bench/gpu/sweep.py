@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import random
 import sys
 import time
@@ -41,6 +40,7 @@ from workers.backends import get_backend  # noqa: E402
 from workers.backends.base import TrialFailure  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
 from workers.contract import FailureReason, KernelSpec, MeasureSettings  # noqa: E402
+from workers.isolation_files import write_whole  # noqa: E402
 from workers.kernels import get_builtin  # noqa: E402
 
 OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]  # --objectives changes it
@@ -123,9 +123,7 @@ class Harness:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Replaced whole, so that a sweep killed while saving leaves its last complete file."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, default=str))
-    os.replace(temporary, path)
+    write_whole(path, json.dumps(data, default=str))
 
 
 def recorded_rows(path: Path) -> list[dict[str, Any]]:
