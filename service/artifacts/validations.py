@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -41,7 +40,7 @@ from service.domain.validation import compare_reports
 from service.errors import Conflict, Invalid
 from service.store.db import after_commit, is_postgres
 from service.store.models import Candidate, Study, Trial, Validation, ValidationJob, Worker, as_utc, utcnow
-from service.trials.leases import QueueKey
+from service.trials.leases import EmptyQueues, QueueKey
 from service.trials.workers import WorkerDirectory, WorkerInfo
 from workers import contract as wire
 
@@ -121,23 +120,24 @@ class QueuedJobsHint:
 
     Validation jobs are rare beside trials, so a lease skips looking for one for `period_s`
     after a look found none for its kind of worker (pool, backends, energy), unless a job was
-    queued since: by this process, at once (`queued` runs after the commit that queued it);
-    by another replica, within the period."""
+    queued since: by this process, at once (`queued` runs after the commit that queued it and
+    counts it, and a look is trusted only if nothing was counted since it began); by another
+    replica, within the period. The same bookkeeping as the long-polls' `EmptyQueues`, with
+    queued jobs in place of unanswered wake-ups."""
 
     def __init__(self, period_s: float = 1.0) -> None:
-        self.period_s = period_s
-        self._none: dict[QueueKey, float] = {}  # -> when the look that found none began
-        self._queued_at = 0.0
+        self._empty = EmptyQueues(period_s)
+        self.count = 0  # jobs this process has queued
 
     def skip(self, queue: QueueKey) -> bool:
-        looked = self._none.get(queue)
-        return looked is not None and looked > self._queued_at and time.monotonic() - looked < self.period_s
+        return self._empty.known_empty(queue, self.count)
 
-    def found_none(self, queue: QueueKey, looked_at: float) -> None:
-        self._none[queue] = looked_at
+    def found_none(self, queue: QueueKey, count_before: int) -> None:
+        """None for `queue` in a look that began when `count_before` jobs had been queued."""
+        self._empty.found_empty(queue, count_before)
 
     def queued(self) -> None:
-        self._queued_at = time.monotonic()
+        self.count += 1
 
 
 QUEUED_HINT = QueuedJobsHint()
@@ -148,7 +148,7 @@ def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> wire.Le
     queue = QueueKey(worker.pool, worker.backends, worker.energy)
     if QUEUED_HINT.skip(queue):
         return None
-    looked_at = time.monotonic()
+    count_before = QUEUED_HINT.count
     stmt = (select(ValidationJob)
             .where(ValidationJob.pool == worker.pool, ValidationJob.state == JobState.QUEUED.value,
                    ValidationJob.backend.in_(worker.backends))
@@ -159,7 +159,7 @@ def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> wire.Le
         stmt = stmt.with_for_update(skip_locked=True)
     job = session.execute(stmt).scalar_one_or_none()
     if job is None:
-        QUEUED_HINT.found_none(queue, looked_at)
+        QUEUED_HINT.found_none(queue, count_before)
         return None
     check_job(job.state, JobState.RUNNING)
     now = utcnow()

@@ -55,14 +55,14 @@ def test_a_pool_notification_is_unanswered_when_it_finds_fewer_waiters_than_tria
 def test_validation_jobs_are_looked_for_again_once_one_is_queued_or_the_period_ends() -> None:
     hint = QueuedJobsHint(period_s=0.2)
     assert not hint.skip(GPU)  # never looked
-    hint.found_none(GPU, time.monotonic())
+    hint.found_none(GPU, hint.count)
     assert hint.skip(GPU) and not hint.skip(CPU)  # per kind of worker
-    before = time.monotonic()
+    before = hint.count
     hint.queued()  # a job queued here (after its commit)
     assert not hint.skip(GPU)
     hint.found_none(GPU, before)  # a look that began before the job was queued may have missed it
     assert not hint.skip(GPU)
-    hint.found_none(GPU, time.monotonic())
+    hint.found_none(GPU, hint.count)
     assert hint.skip(GPU)
     time.sleep(0.25)
     assert not hint.skip(GPU)  # the period is over: another replica may have queued one
