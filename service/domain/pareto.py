@@ -109,6 +109,11 @@ class IncrementalFront(Generic[K]):
         return list(self._keys)
 
     @property
+    def points(self) -> FloatArray:
+        """The members' points, in the order of `member_keys()`."""
+        return self._points
+
+    @property
     def extra(self) -> FloatArray:
         """The members' extra rows, in the order of `member_keys()`."""
         return self._extra
@@ -185,18 +190,12 @@ def hypervolume_history(points_in_completion_order: ArrayLike, reference: Refere
     """
     ref = _as_reference(reference)
     array = _as_points(points_in_completion_order, n_objectives=ref.size)
-    front: list[tuple[int, tuple[float, ...]]] = []
+    front: IncrementalFront[int] = IncrementalFront(ref.size)
     history: list[float] = []
     current = 0.0
     for index, row in enumerate(array):
-        point = tuple(float(v) for v in row)
-        if bool(np.all(row < ref)):
-            on_front, removed = update_front(front, index, point)
-            if on_front:
-                dropped = set(removed)
-                front = [entry for entry in front if entry[0] not in dropped]
-                front.append((index, point))
-                current = hypervolume(np.array([p for _, p in front]), ref)
+        if bool(np.all(row < ref)) and front.update(index, row)[0]:
+            current = hypervolume(front.points, ref)
         history.append(current)
     return history
 
