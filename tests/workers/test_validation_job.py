@@ -181,6 +181,8 @@ def test_a_bad_shape_rule_is_reported(tmp_path: Path) -> None:
 @pytest.mark.parametrize("warm", [False, True], ids=["fresh", "warm"])
 def test_the_agent_leases_runs_and_reports_a_validation(tmp_path: Path, warm: bool) -> None:
     spec = validation_spec({"opt": "-O3"}, {"opt": "-O2", "ROW_SHORTCUT": 1}, rounds=3)
+    # rounds long enough (0.15 s of samples each) that heartbeats every 0.1 s see one
+    spec = spec.model_copy(update={"measure": FAST.model_copy(update={"target_s": 0.15, "max_repeats": 100_000})})
     trial = make_spec(KERNEL, {"opt": "-O2"})
     plane = Plane(heartbeat_s=0.1, lease_s=5)
     plane.add(spec, trial)
