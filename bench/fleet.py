@@ -53,8 +53,15 @@ def study_document(name: str, trials: int, parallelism: int, seed: int) -> dict[
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of a process and its live children (a server of several processes)."""
+    total = 0.0
+    for task in [str(pid), *Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]:
+        try:
+            fields = Path(f"/proc/{task}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def machine() -> str:
@@ -64,10 +71,11 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {memory:.0f} GiB, {model}; PostgreSQL on the same machine; no Redis"
 
 
-def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env: dict[str, str]) -> dict[str, Any]:
+def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env: dict[str, str],
+              processes: int = 1) -> dict[str, Any]:
     db_url = create_postgres_database()
     workdir = Path(tempfile.mkdtemp(prefix="fleet-"))
-    service = start_service(db_url, workdir, env)
+    service = start_service(db_url, workdir, env, ("--processes", str(processes)))
     try:
         admin = service.client()
         parallelism = max(1, 2 * workers // studies)
@@ -97,7 +105,7 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
     finally:
         service.stop()
         drop_postgres_database(db_url)
-    return _summary(name, workers, studies, trials_per_study, data, wall, server_cpu, finished)
+    return _summary(name, workers, studies, trials_per_study, data, wall, server_cpu, finished, processes)
 
 
 def _finished(admin: Any, studies: int) -> int:
@@ -111,12 +119,13 @@ def _finished(admin: Any, studies: int) -> int:
 
 
 def _summary(name: str, workers: int, studies: int, per_study: int, data: dict[str, Any], wall: float,
-             server_cpu: float, finished: int) -> dict[str, Any]:
+             server_cpu: float, finished: int, processes: int) -> dict[str, Any]:
     done = sorted(data["done_at"])
     total = len(done)
     span = done[-1] - done[0] if total > 1 else float("nan")
     row: dict[str, Any] = {
-        "scenario": name, "workers": workers, "studies": studies, "trials_per_study": per_study,
+        "scenario": name, "server_processes": processes, "workers": workers, "studies": studies,
+        "trials_per_study": per_study,
         "completed": total, "studies_completed": finished, "errors": data["error_count"],
         "trials_per_s": round((total - 1) / span, 1) if total > 1 else 0.0,
         "lease_p50_ms": round(float(np.percentile(data["lease_ms"], 50)), 2),
@@ -175,8 +184,8 @@ def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
             "trials_per_s": round(count[0] / elapsed, 1)}
 
 
-COLUMNS = ["scenario", "workers", "studies", "completed", "errors", "trials_per_s", "lease_p50_ms", "lease_p99_ms",
-           "result_p50_ms", "result_p99_ms", "late_over_early", "server_cores", "wall_s", "vs_rdb"]
+COLUMNS = ["scenario", "server_processes", "workers", "studies", "completed", "errors", "trials_per_s", "lease_p50_ms",
+           "lease_p99_ms", "result_p50_ms", "result_p99_ms", "late_over_early", "server_cores", "wall_s", "vs_rdb"]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -222,17 +231,19 @@ def main() -> None:
     parser.add_argument("--wide-workers", type=int, default=1000)
     parser.add_argument("--rdb-workers", default="8,32", help="thread counts tried for RDBStorage (best kept)")
     parser.add_argument("--rdb-seconds", type=float, default=60.0)
+    parser.add_argument("--server-processes", type=int, default=1, help="paretune serve --processes")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     env = {"PARETUNE_LEASE_S": "60", "PARETUNE_POLL_INTERVAL_S": "0.5"}
     rows: list[dict[str, Any]] = []
     for scenario in args.scenarios.split(","):
         if scenario == "single":
-            rows.append(run_fleet("single", args.workers, 1, args.trials, env))
+            rows.append(run_fleet("single", args.workers, 1, args.trials, env, args.server_processes))
         elif scenario == "studies":
-            rows.append(run_fleet("studies", args.workers, 20, 500, env))
+            rows.append(run_fleet("studies", args.workers, 20, 500, env, args.server_processes))
         elif scenario == "wide":
-            rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env))
+            rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env,
+                                 args.server_processes))
         elif scenario == "rdb":
             tries = [run_rdb(int(w), args.trials, args.rdb_seconds) for w in args.rdb_workers.split(",")]
             rows.append(max(tries, key=lambda r: r["trials_per_s"]) | {"tried": tries})

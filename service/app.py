@@ -36,7 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(settings.database_url)
+        db = Database(settings.database_url, settings.db_pool_size)
         await run_in_threadpool(prepare_schema, db.engine, settings.migrate_on_start)
         notifier = Notifier(settings.redis_url)
         await notifier.start()

@@ -81,7 +81,10 @@ def _require_service_extras(ctx: typer.Context) -> None:
 
 
 @app.command()
-def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+          processes: Annotated[int, typer.Option(
+              min=1, help="server processes on this port, each a replica with its own scheduler (Postgres only)")] = 1,
+          ) -> None:
     """Run the control plane (PARETUNE_DATABASE_URL selects Postgres; SQLite otherwise)."""
     import uvicorn
 
@@ -89,8 +92,23 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") ->
     from service.config import Settings
 
     settings = Settings.from_env()
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
-                timeout_keep_alive=int(settings.keep_alive_s))
+    options: dict[str, Any] = {"host": host, "port": port, "log_level": log_level, "timeout_graceful_shutdown": 5,
+                               "timeout_keep_alive": int(settings.keep_alive_s)}
+    if processes == 1:
+        uvicorn.run(create_app(settings), **options)
+        return
+    if settings.is_sqlite:
+        _fail("--processes above 1 needs Postgres (PARETUNE_DATABASE_URL): SQLite has one writer at a time")
+    # the processes share Postgres's connections (max_connections, 100 by default)
+    os.environ.setdefault("PARETUNE_DB_POOL_SIZE", str(max(4, settings.db_pool_size // processes)))
+    if settings.migrate_on_start:  # once here, not by every process at once
+        from service.store.db import Database
+        from service.store.migrate import upgrade
+
+        upgrade(Database(settings.database_url).engine)
+        os.environ["PARETUNE_MIGRATE_ON_START"] = "false"
+    # each process builds its app from the same environment and serves as one more replica
+    uvicorn.run("service.app:create_app", factory=True, workers=processes, **options)
 
 
 @db_app.command("upgrade")

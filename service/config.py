@@ -28,6 +28,7 @@ class Settings:
     auth_failure_limit: int = 20  # failed authentications per client per window before 429s
     auth_failure_window_s: float = 60.0
     migrate_on_start: bool = True  # false: a migration job upgrades the schema, replicas only check it
+    db_pool_size: int = 30  # steady Postgres connections of one server process (10 more under load)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -44,6 +45,7 @@ class Settings:
             schedule_interval_s=float(os.environ.get("PARETUNE_SCHEDULE_INTERVAL_S", 1.0)),
             auth_failure_limit=int(os.environ.get("PARETUNE_AUTH_FAILURE_LIMIT", 20)),
             migrate_on_start=os.environ.get("PARETUNE_MIGRATE_ON_START", "true").lower() not in ("0", "false", "no"),
+            db_pool_size=int(os.environ.get("PARETUNE_DB_POOL_SIZE", 30)),
         )
 
     @property

@@ -10,7 +10,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -22,7 +23,8 @@ MAX_JSON_DEPTH = 64
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(rb"[\[\]{}]")
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-          409: "conflict", 413: "too_large", 415: "unsupported_media_type", 422: "invalid", 429: "too_many_requests"}
+          409: "conflict", 413: "too_large", 415: "unsupported_media_type", 422: "invalid", 429: "too_many_requests",
+          503: "unavailable"}
 
 
 def json_depth(body: bytes) -> int:
@@ -124,6 +126,17 @@ def install_error_handlers(app: FastAPI) -> None:
     async def illegal_transition(_: Request, exc: IllegalTransition) -> JSONResponse:
         error = Conflict(str(exc), field="state")
         return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # no connection to be had (the database restarting, its connection limit reached),
+        # or a transaction it broke off: the request did nothing and can be sent again
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path,
+                    str(exc).splitlines()[0])
+        response = _error(503, "the database is unavailable for the moment; retry shortly")
+        response.headers["Retry-After"] = "1"
+        return response
 
     @app.exception_handler(DataError)
     async def data_error(request: Request, exc: DataError) -> JSONResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -130,9 +131,12 @@ def end_process_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    with contextlib.suppress(ProcessLookupError):  # children that outlived their parent
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
-def start_service(db_url: str, workdir: Path, extra_env: dict[str, str] | None = None) -> LiveService:
+def start_service(db_url: str, workdir: Path, extra_env: dict[str, str] | None = None,
+                  serve_args: tuple[str, ...] = ()) -> LiveService:
     port = free_port()
     env = {**os.environ, "PARETUNE_DATABASE_URL": db_url, "PARETUNE_DATA_DIR": str(workdir),
            "PYTHONUNBUFFERED": "1", **(extra_env or {})}
@@ -140,7 +144,7 @@ def start_service(db_url: str, workdir: Path, extra_env: dict[str, str] | None =
     assert token.returncode == 0, token.stderr
     log_path = workdir / "service.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--log-level", "warning", *serve_args],
         stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO,  # noqa: SIM115
         start_new_session=True,
     )

@@ -29,10 +29,10 @@ class Database:
     concurrent requests queue instead of failing with "database is locked".
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool_size: int = 30) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        self.engine = _make_engine(url)
+        self.engine = _make_engine(url, pool_size)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         event.listen(self.sessions, "after_commit", _run_after_commit)
         event.listen(self.sessions, "after_rollback", _forget_after_commit)
@@ -154,7 +154,7 @@ def _forget_after_commit(session: Session) -> None:
     session.info.pop("after_commit", None)
 
 
-def _make_engine(url: str) -> Engine:
+def _make_engine(url: str, pool_size: int) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
@@ -177,7 +177,7 @@ def _make_engine(url: str) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
     # steady connections for the request, job and finish threads; few made and dropped under load
-    return create_engine(url, pool_size=30, max_overflow=10, pool_pre_ping=True)
+    return create_engine(url, pool_size=pool_size, max_overflow=10, pool_pre_ping=True)
 
 
 def is_postgres(session: Session) -> bool:

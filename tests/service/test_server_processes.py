@@ -1,0 +1,115 @@
+"""`paretune serve --processes N`: N server processes on one port, each a replica with its
+own scheduler, finish a study together with every trial told once; SQLite is refused; a
+database that takes no connection answers 503 in the error shape, and serving resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from conftest import study_doc
+from helpers import (
+    REPO,
+    create_postgres_database,
+    drop_postgres_database,
+    postgres_available,
+    run_cli,
+    start_service,
+    wait_for,
+)
+
+FAKE_WORKER = str(REPO / "tests" / "fake_worker.py")
+TRIALS = 80
+pytestmark = pytest.mark.postgres
+
+
+def server_processes(pid: int) -> list[int]:
+    """The processes uvicorn started to serve (not multiprocessing's resource tracker)."""
+    found = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return [c for c in found if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture
+def database():
+    if not postgres_available():
+        pytest.skip("PostgreSQL is not reachable")
+    url = create_postgres_database()
+    yield url
+    drop_postgres_database(url)
+
+
+def test_two_processes_on_one_port_finish_a_study(database: str, tmp_path: Path) -> None:
+    service = start_service(database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2"}, ("--processes", "2"))
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        processes = wait_for(lambda: len(found := server_processes(service.process.pid)) == 2 and found, 30,
+                             "two server processes")
+        # each process has its own pool, together within the default one's 30 steady connections
+        environ = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in processes]
+        assert all(b"PARETUNE_DB_POOL_SIZE=15" in e and b"PARETUNE_MIGRATE_ON_START=false" in e for e in environ)
+        busy_before = [cpu_seconds(pid) for pid in processes]
+        token = service.make_worker_token()
+        doc = study_doc(budget={"max_trials": TRIALS}, parallelism=8,
+                        sampler={"name": "nsga2", "seed": 4, "options": {"population_size": 10}})
+        admin = service.client()
+        study_id = admin.post("/v1/studies", json=doc).json()["id"]
+        for i in range(4):
+            log = open(tmp_path / f"worker-{i}.log", "wb")  # noqa: SIM115
+            workers.append(subprocess.Popen([sys.executable, FAKE_WORKER, service.url, token, "--delay", "0.02"],
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        wait_for(lambda: (s := admin.get(f"/v1/studies/{study_id}").json())["state"] == "completed"
+                 and s["progress"]["in_flight"] == 0, 120, service.log_path)
+        busy_after = [cpu_seconds(pid) for pid in processes]
+        with psycopg.connect(database) as conn:
+            rows = conn.execute("SELECT state, told FROM trials WHERE study_id = %s", (study_id,)).fetchall()
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        service.stop()
+    assert len(rows) == TRIALS and all(state == "completed" and told for state, told in rows)
+    assert all(after - before > 0.1 for before, after in zip(busy_before, busy_after, strict=True)), (
+        busy_before, busy_after)  # both processes served
+    assert not [pid for pid in processes if Path(f"/proc/{pid}").exists()]
+
+
+def test_several_processes_need_postgres(tmp_path: Path) -> None:
+    env = {**os.environ, "PARETUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}", "PARETUNE_DATA_DIR": str(tmp_path)}
+    result = run_cli("serve", "--port", "9", "--processes", "2", env=env)
+    assert result.returncode != 0
+    assert "--processes above 1 needs Postgres (PARETUNE_DATABASE_URL)" in result.stderr + result.stdout
+
+
+def test_a_database_that_takes_no_connection_answers_503(database: str, tmp_path: Path) -> None:
+    service = start_service(database, tmp_path)
+    name = database.rsplit("/", 1)[1]
+    admin_url = database.rsplit("/", 1)[0] + "/postgres"
+    try:
+        client = service.client()
+        assert client.get("/v1/studies").status_code == 200
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false')
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        refused = client.get("/v1/studies")
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["Retry-After"] == "1"
+        assert refused.json() == {"error": {"code": "unavailable", "field": None,
+                                            "message": "the database is unavailable for the moment; retry shortly"}}
+        assert httpx.get(f"{service.url}/healthz", timeout=5).status_code == 503
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true')
+        assert client.get("/v1/studies").status_code == 200
+    finally:
+        service.stop()
