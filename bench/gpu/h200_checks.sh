@@ -13,12 +13,15 @@
 #           .git/info/exclude; mkdir .h200; tar xzf h200_checks_1.tgz -C .h200`, then name
 #           .h200 in the call's carry) so that the shards go on where they stopped
 #           (sweep_shard.sh skips what earlier files hold).
+#   part 3: GPU 0  RMSNorm shard 2/4 (what part 2 left), then the RMSNorm energy reference with
+#                  trial warm-ups 1, 2 and 3 s;
+#           GPU 1  RMSNorm shard 3/4 (what part 2 left). Carry part 2's archive as .h200.
 #
 # On the GPU machine, from the repository root, with the wheels of bench/gpu/fetch_wheels.sh:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site && bash bench/gpu/h200_checks.sh 1
 set -uo pipefail
-part=${1:?part 1 or 2}
+part=${1:?part 1, 2 or 3}
 out=${OUT:?OUT must name the folder that comes back}
 budget=${BUDGET_S:-540}  # seconds from now until everything has stopped
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,9 +51,17 @@ if [[ $part == 1 ]]; then
       --out "$work/energy/energy_reference.json" >"$work/energy/console.txt" 2>&1
     shard_run 1 1 16-19 20-31
   ) &
-else
+elif [[ $part == 2 ]]; then
   (shard_run 0 0 0-3 4-15; shard_run 0 2 0-3 4-15) &
   (shard_run 1 1 16-19 20-31; shard_run 1 3 16-19 20-31) &
+else
+  (
+    shard_run 0 2 0-3 4-15
+    mkdir -p "$work/energy"
+    CUDA_VISIBLE_DEVICES=0 timeout "$(left)" taskset -c 0-3 python3 "$here/energy_reference.py" --kernels rmsnorm \
+      --trial-warmups 1.0,2.0,3.0 --out "$work/energy/energy_reference.json" >"$work/energy/console.txt" 2>&1
+  ) &
+  (shard_run 1 3 16-19 20-31) &
 fi
 wait
 tar czf "$out/h200_checks_$part.tgz" -C "$work" .
