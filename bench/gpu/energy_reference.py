@@ -112,7 +112,7 @@ class GpuBench:
         from workers.cache import ArtifactCache
 
         self.settings = MeasureSettings(
-            warmup_s=0.1, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=args.hot_window_s
+            warmup_s=args.warmup_s, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=args.hot_window_s
         )
         cache = ArtifactCache(Path(args.cache))
         self.prepared: dict[str, tuple[Any, KernelSpec, dict[str, Any], Any, list[float]]] = {}
@@ -370,10 +370,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--reference-s", type=float, default=20.0, help="seconds of back-to-back replay (shapes share it, >= 10 s each)"
     )
     parser.add_argument("--hot-window-s", type=float, default=1.6, help="the trial's hot window")
+    parser.add_argument("--warmup-s", type=float, default=2.0,
+                        help="the trial's warm-up (an energy study's default, service.studies.documents)")
     parser.add_argument("--gap-s", type=float, default=1.0, help="idle before each trial and reference")
     parser.add_argument("--trial-warmups", type=lambda text: [float(x) for x in text.split(",")], default=None,
                         help="comma-separated warm-ups (s) of the trial measurement, each measured every round "
-                             "and compared with the same reference (default: the worker's 0.1 s)")
+                             "and compared with the same reference (default: --warmup-s)")
     parser.add_argument("--cache", default="/tmp/paretune-energy-reference-cache")
     parser.add_argument("--out", default=None, help="raw JSON (written after every row)")
     parser.add_argument("--local", action="store_true", help="a simulated GPU instead of the real one")

@@ -178,7 +178,7 @@ def resolve(objectives: list[dict[str, str]], backend: str, screen: Screen, prom
             raise DocumentError(f"measure.promote.margins.{name}",
                                 f"{name!r} is not screened; margins apply to {', '.join(screened)}")
     resolved_screen = {**screen.model_dump(mode="json"), "objectives": screened}
-    for name in ("hot_window_s", "target_s"):
+    for name in ("hot_window_s", "target_s", "warmup_s"):
         resolved_screen[name] = min(resolved_screen[name], float(full[name]))
     margins = {name: rule.margins.get(name, DEFAULT_MARGINS.get(name, DEFAULT_MARGIN)) for name in screened}
     ratio = rule.energy_runtime_ratio if rule.energy_runtime_ratio is not None else ENERGY_RUNTIME_RATIO
@@ -221,4 +221,5 @@ def screen_measure(measure: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     if screen is None:
         return full, None
     return full, {**full, "hot_window_s": screen["hot_window_s"], "target_s": screen["target_s"],
-                  "cold_samples": screen["cold_samples"]}
+                  "cold_samples": screen["cold_samples"],
+                  "warmup_s": screen.get("warmup_s", full["warmup_s"])}  # stored before screens had one

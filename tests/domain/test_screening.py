@@ -226,7 +226,8 @@ FULL = {"warmup_s": 0.1, "min_repeats": 20, "max_repeats": 2000, "target_s": 0.2
 
 def test_default_screen_is_runtime_only_for_runtime_and_energy() -> None:
     screen, promote = screening.resolve(_objectives("runtime_ms", "energy_mj"), "triton", Screen(), None, FULL)
-    assert screen == {"hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50, "objectives": ["runtime_ms"]}
+    assert screen == {"hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50, "objectives": ["runtime_ms"],
+                      "warmup_s": 0.1}
     assert promote == {"margins": {"runtime_ms": 0.04}, "energy_runtime_ratio": 2.5}
     screen, _ = screening.resolve(_objectives("energy_mj"), "triton", Screen(), None, FULL)
     assert screen["objectives"] == ["runtime_ms"]  # screened to bound energy
@@ -235,9 +236,9 @@ def test_default_screen_is_runtime_only_for_runtime_and_energy() -> None:
     assert screen["objectives"] == ["runtime_ms", "p99_ms"] and screen["cold_samples"] == 20
     assert promote["margins"] == {"runtime_ms": 0.04, "p99_ms": 0.3}
     # a screen is never longer than the full measurement
-    short = {**FULL, "hot_window_s": 0.1, "target_s": 0.02}
+    short = {**FULL, "hot_window_s": 0.1, "target_s": 0.02, "warmup_s": 0.05}
     screen, _ = screening.resolve(_objectives("runtime_ms"), "cpu", Screen(), None, short)
-    assert (screen["hot_window_s"], screen["target_s"]) == (0.1, 0.02)
+    assert (screen["hot_window_s"], screen["target_s"], screen["warmup_s"]) == (0.1, 0.02, 0.05)
 
 
 @pytest.mark.parametrize(("objectives", "screen", "promote", "field"), [
@@ -269,4 +270,11 @@ def test_screen_measure_splits_the_stages() -> None:
     screen, promote = screening.resolve(_objectives("runtime_ms"), "triton", Screen(), None, FULL)
     full, screened = screening.screen_measure({**measure, "screen": screen, "promote": promote})
     assert full == measure
-    assert screened == {**measure, "hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50}
+    assert screened == {**measure, "hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50, "warmup_s": 0.1}
+    # an energy study's long warm-up is the full stage's only
+    _, screened = screening.screen_measure({**measure, "warmup_s": 2.0, "screen": screen, "promote": promote})
+    assert screened is not None and screened["warmup_s"] == 0.1
+    # a screen stored before screens had a warm-up of their own takes the full stage's
+    older = {k: v for k, v in screen.items() if k != "warmup_s"}
+    _, screened = screening.screen_measure({**measure, "screen": older, "promote": promote})
+    assert screened is not None and screened["warmup_s"] == measure["warmup_s"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -309,16 +310,23 @@ def test_parameters_without_defaults_take_the_documents_baseline(api: Api) -> No
         assert 0.1 <= t["config"]["x"] <= 1.0 and 1 <= t["config"]["y"] <= 64
 
 
-def test_gpu_energy_studies_get_a_longer_hot_window_unless_they_set_one(api: Api) -> None:
-    def window(objectives: list[str], **measure: float) -> float:
+def test_gpu_energy_studies_get_a_longer_warm_up_and_hot_window_unless_they_set_them(api: Api) -> None:
+    def measure(objectives: list[str], **given: Any) -> dict[str, Any]:
         doc = {"name": "gemm", "kernel": {"backend": "triton", "builtin": "gemm_bf16"}, "objectives": objectives}
-        if measure:
-            doc["measure"] = measure
+        if given:
+            doc["measure"] = given
         response = api.client.post("/v1/studies", json=doc, headers=api.admin)
         assert response.status_code == 201, response.text
-        return response.json()["document"]["measure"]["hot_window_s"]
+        return response.json()["document"]["measure"]
 
-    assert window(["runtime_ms"]) == 1.0
-    assert window(["runtime_ms", "energy_mj"]) == 1.6
-    assert window(["power_w"]) == 1.6
-    assert window(["runtime_ms", "energy_mj"], hot_window_s=0.8) == 0.8
+    def window(objectives: list[str], **given: Any) -> tuple[float, float]:
+        settings = measure(objectives, **given)
+        return settings["warmup_s"], settings["hot_window_s"]
+
+    assert window(["runtime_ms"]) == (0.05, 1.0)
+    assert window(["runtime_ms", "energy_mj"]) == (2.0, 1.6)
+    assert window(["power_w"]) == (2.0, 1.6)
+    assert window(["runtime_ms", "energy_mj"], hot_window_s=0.8, warmup_s=0.5) == (0.5, 0.8)
+    # the screen keeps a short warm-up: it measures runtime, which settles within 0.1 s
+    screened = measure(["runtime_ms", "energy_mj"], screen={})
+    assert (screened["warmup_s"], screened["screen"]["warmup_s"]) == (2.0, 0.1)
