@@ -113,6 +113,14 @@ class LiveService:
         self.children.append(proc)
         return proc
 
+    def start_fake_worker(self, token: str, *extra: str, url: str | None = None) -> subprocess.Popen[bytes]:
+        """tests/fake_worker.py against this service (or `url`), stopped with it."""
+        log = open(self.log_path.with_name(f"fake-{len(self.children)}.log"), "wb")  # noqa: SIM115
+        proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_worker.py"), url or self.url, token,
+                                 *extra], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.children.append(proc)
+        return proc
+
     def stop(self) -> None:
         for proc in [*self.children, self.process]:
             if proc.poll() is None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,7 +13,6 @@ import pytest
 from conftest import study_doc
 from fake_worker import register, run
 from helpers import (
-    REPO,
     LiveService,
     create_postgres_database,
     drop_postgres_database,
@@ -25,16 +22,6 @@ from helpers import (
 )
 from test_studies_api import brute_force_front
 
-FAKE_WORKER = str(REPO / "tests" / "fake_worker.py")
-
-
-def spawn_fake_worker(service: LiveService, token: str, *extra: str) -> subprocess.Popen[bytes]:
-    log = open(service.log_path.with_name(f"fake-{len(service.children)}.log"), "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, FAKE_WORKER, service.url, token, *extra], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    service.children.append(proc)
-    return proc
-
 
 def test_sixty_trials_survive_a_killed_worker(live_service: LiveService) -> None:
     admin = live_service.client()
@@ -43,11 +30,11 @@ def test_sixty_trials_survive_a_killed_worker(live_service: LiveService) -> None
     study = admin.post("/v1/studies", json=doc).json()
     sid = study["id"]
 
-    doomed = spawn_fake_worker(live_service, live_service.make_worker_token(), "--stall-after", "5")
+    doomed = live_service.start_fake_worker(live_service.make_worker_token(), "--stall-after", "5")
     stalled = wait_for(lambda: _running_trial(admin, sid), 30, "the worker to hold a lease")
     os.killpg(doomed.pid, signal.SIGKILL)  # dies between lease and result
     doomed.wait()
-    spawn_fake_worker(live_service, live_service.make_worker_token())
+    live_service.start_fake_worker(live_service.make_worker_token())
 
     final = wait_for(lambda: _finished(admin, sid), 120, "the study to finish")
     assert final["state"] == "completed"

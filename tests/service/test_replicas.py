@@ -7,17 +7,14 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 from conftest import study_doc
-from helpers import REPO, create_postgres_database, drop_postgres_database, postgres_available, start_service, wait_for
+from helpers import create_postgres_database, drop_postgres_database, postgres_available, start_service, wait_for
 
-FAKE_WORKER = str(REPO / "tests" / "fake_worker.py")
 TRIALS = 200
 pytestmark = pytest.mark.postgres
 
@@ -36,12 +33,9 @@ def test_two_replicas_share_a_study_and_one_dies(tmp_path: Path) -> None:
         (tmp_path / name).mkdir()
     first = start_service(db_url, tmp_path / "a", env)
     second = start_service(db_url, tmp_path / "b", env)
-    workers: list[subprocess.Popen[bytes]] = []
 
-    def worker(url: str, token: str) -> None:
-        log = open(tmp_path / f"worker-{len(workers)}.log", "wb")  # noqa: SIM115
-        workers.append(subprocess.Popen([sys.executable, FAKE_WORKER, url, token, "--resilient", "--delay", "0.1"],
-                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    def worker(url: str, token: str) -> None:  # stopped with the survivor
+        second.start_fake_worker(token, "--resilient", "--delay", "0.1", url=url)
 
     try:
         token = first.make_worker_token()
@@ -68,10 +62,6 @@ def test_two_replicas_share_a_study_and_one_dies(tmp_path: Path) -> None:
             counted = conn.execute("SELECT n_created, n_completed, n_failed FROM studies WHERE id = %s",
                                    (study_id,)).fetchone()
     finally:
-        for proc in workers:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
         second.stop()
         if first.process.poll() is None:
             first.stop()

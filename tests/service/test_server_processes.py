@@ -5,9 +5,6 @@ database that takes no connection answers 503 in the error shape, and serving re
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -15,7 +12,6 @@ import psycopg
 import pytest
 from conftest import study_doc
 from helpers import (
-    REPO,
     create_postgres_database,
     drop_postgres_database,
     postgres_available,
@@ -24,7 +20,6 @@ from helpers import (
     wait_for,
 )
 
-FAKE_WORKER = str(REPO / "tests" / "fake_worker.py")
 TRIALS = 80
 pytestmark = pytest.mark.postgres
 
@@ -51,7 +46,6 @@ def database():
 
 def test_two_processes_on_one_port_finish_a_study(database: str, tmp_path: Path) -> None:
     service = start_service(database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2"}, ("--processes", "2"))
-    workers: list[subprocess.Popen[bytes]] = []
     try:
         processes = wait_for(lambda: len(found := server_processes(service.process.pid)) == 2 and found, 30,
                              "two server processes")
@@ -64,20 +58,14 @@ def test_two_processes_on_one_port_finish_a_study(database: str, tmp_path: Path)
                         sampler={"name": "nsga2", "seed": 4, "options": {"population_size": 10}})
         admin = service.client()
         study_id = admin.post("/v1/studies", json=doc).json()["id"]
-        for i in range(4):
-            log = open(tmp_path / f"worker-{i}.log", "wb")  # noqa: SIM115
-            workers.append(subprocess.Popen([sys.executable, FAKE_WORKER, service.url, token, "--delay", "0.02"],
-                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        for _ in range(4):
+            service.start_fake_worker(token, "--delay", "0.02")
         wait_for(lambda: (s := admin.get(f"/v1/studies/{study_id}").json())["state"] == "completed"
                  and s["progress"]["in_flight"] == 0, 120, service.log_path)
         busy_after = [cpu_seconds(pid) for pid in processes]
         with psycopg.connect(database) as conn:
             rows = conn.execute("SELECT state, told FROM trials WHERE study_id = %s", (study_id,)).fetchall()
     finally:
-        for proc in workers:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
         service.stop()
     assert len(rows) == TRIALS and all(state == "completed" and told for state, told in rows)
     assert all(after - before > 0.1 for before, after in zip(busy_before, busy_after, strict=True)), (
