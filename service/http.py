@@ -130,8 +130,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)
     async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-        # no connection to be had (the database restarting, its connection limit reached),
-        # or a transaction it broke off: the request did nothing and can be sent again
+        # no connection to be had (the database restarting, its connection limit reached), or a
+        # transaction it broke off (a serialization failure): sending the request again is the fix
         log.warning("database unavailable on %s %s: %s", request.method, request.url.path,
                     str(exc).splitlines()[0])
         response = _error(503, "the database is unavailable for the moment; retry shortly")
