@@ -105,7 +105,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
         from service.store.db import Database
         from service.store.migrate import upgrade
 
-        upgrade(Database(settings.database_url).engine)
+        db = Database(settings.database_url)
+        upgrade(db.engine)
+        db.dispose()  # the processes open their own connections; this one would sit idle
         os.environ["PARETUNE_MIGRATE_ON_START"] = "false"
     # each process builds its app from the same environment and serves as one more replica
     uvicorn.run("service.app:create_app", factory=True, workers=processes, **options)
