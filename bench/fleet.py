@@ -19,6 +19,7 @@ is not the server's; the server is `paretune serve` as users run it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -36,7 +37,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
+from helpers import cpu_seconds, create_postgres_database, drop_postgres_database, start_service  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MAX_PARALLELISM = 1000
@@ -52,15 +53,12 @@ def study_document(name: str, trials: int, parallelism: int, seed: int) -> dict[
     }
 
 
-def cpu_seconds(pid: int) -> float:
+def server_cpu_seconds(pid: int) -> float:
     """CPU time of a process and its live children (a server of several processes)."""
     total = 0.0
-    for task in [str(pid), *Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]:
-        try:
-            fields = Path(f"/proc/{task}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for task in [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]:
+        with contextlib.suppress(FileNotFoundError):
+            total += cpu_seconds(task)
     return total
 
 
@@ -86,7 +84,7 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
         token_file.write_text(service.make_worker_token())
         out = workdir / "clients.json"
         total = studies * trials_per_study
-        cpu_before = cpu_seconds(service.process.pid)
+        cpu_before = server_cpu_seconds(service.process.pid)
         started = time.monotonic()
         clients = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fleet_clients.py"), service.url,
                                     str(token_file), "--workers", str(workers), "--until", str(total),
@@ -99,7 +97,7 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
                 clients.kill()
                 clients.wait()
         wall = time.monotonic() - started
-        server_cpu = cpu_seconds(service.process.pid) - cpu_before
+        server_cpu = server_cpu_seconds(service.process.pid) - cpu_before
         data = json.loads(out.read_text())
         finished = _finished(admin, studies)
     finally:

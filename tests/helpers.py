@@ -143,6 +143,12 @@ def end_process_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, 
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a live process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_service(db_url: str, workdir: Path, extra_env: dict[str, str] | None = None,
                   serve_args: tuple[str, ...] = ()) -> LiveService:
     port = free_port()

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from conftest import study_doc
 from helpers import (
+    cpu_seconds,
     create_postgres_database,
     drop_postgres_database,
     postgres_available,
@@ -28,11 +29,6 @@ def server_processes(pid: int) -> list[int]:
     """The processes uvicorn started to serve (not multiprocessing's resource tracker)."""
     found = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     return [c for c in found if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.fixture
