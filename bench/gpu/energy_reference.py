@@ -51,6 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from service.studies.documents import ENERGY_HOT_WINDOW_S, ENERGY_WARMUP_S  # noqa: E402
 from workers.contract import KernelSpec, MeasureSettings  # noqa: E402
 from workers.measure.gpu_aggregate import ShapeSamples, workload_metrics  # noqa: E402
 from workers.measure.gpu_harness import combine_references, hot_energy, reference_result  # noqa: E402
@@ -369,9 +370,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--reference-s", type=float, default=20.0, help="seconds of back-to-back replay (shapes share it, >= 10 s each)"
     )
-    parser.add_argument("--hot-window-s", type=float, default=1.6, help="the trial's hot window")
-    parser.add_argument("--warmup-s", type=float, default=2.0,
-                        help="the trial's warm-up (an energy study's default, service.studies.documents)")
+    # the trial as an energy study's documents default it
+    parser.add_argument("--hot-window-s", type=float, default=ENERGY_HOT_WINDOW_S, help="the trial's hot window")
+    parser.add_argument("--warmup-s", type=float, default=ENERGY_WARMUP_S, help="the trial's warm-up")
     parser.add_argument("--gap-s", type=float, default=1.0, help="idle before each trial and reference")
     parser.add_argument("--trial-warmups", type=lambda text: [float(x) for x in text.split(",")], default=None,
                         help="comma-separated warm-ups (s) of the trial measurement, each measured every round "
