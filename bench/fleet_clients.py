@@ -29,8 +29,9 @@ def objective(config: dict[str, Any]) -> dict[str, float]:
 
 
 class Fleet:
-    def __init__(self, url: str, token: str, workers: int, until: int, seconds: float, wait_s: float) -> None:
-        self.url, self.token = url, token
+    def __init__(self, url: str, token: str, workers: int, until: int, seconds: float, wait_s: float,
+                 next_lease: bool = True) -> None:
+        self.url, self.token, self.next_lease = url, token, next_lease
         self.workers, self.until, self.seconds, self.wait_s = workers, until, seconds, wait_s
         self.lease_ms: list[float] = []
         self.result_ms: list[float] = []
@@ -74,6 +75,8 @@ class Fleet:
                     await asyncio.sleep(0.5)
 
     async def cycle(self, client: httpx.AsyncClient, worker_id: int) -> None:
+        """Lease (long-poll), then answer trials for as long as each result's acknowledgement
+        hands out the next lease, as the agent does."""
         t0 = time.monotonic()
         leased = await self._post(client, "/v1/leases", {"worker_id": worker_id, "wait_s": self.wait_s})
         t1 = time.monotonic()
@@ -81,15 +84,18 @@ class Fleet:
             self.empty_leases += 1
             return
         self.lease_ms.append((t1 - t0) * 1e3)
-        held = leased.json()
-        values = objective(held["trial"]["config"])
-        result = {"status": "completed", "metrics": {k: {"value": v} for k, v in values.items()}}
-        await self._post(client, f"/v1/leases/{held['token']}/result", result)
-        t2 = time.monotonic()
-        self.result_ms.append((t2 - t1) * 1e3)
-        self.done_at.append(t2)
-        if len(self.done_at) >= self.until:
-            self.stop.set()
+        held: dict[str, Any] | None = leased.json()
+        while held is not None and not self.stop.is_set():
+            values = objective(held["trial"]["config"])
+            result = {"status": "completed", "metrics": {k: {"value": v} for k, v in values.items()},
+                      "next_lease": self.next_lease}
+            ack = (await self._post(client, f"/v1/leases/{held['token']}/result", result)).json()
+            t2 = time.monotonic()
+            self.result_ms.append((t2 - t1) * 1e3)
+            self.done_at.append(t2)
+            if len(self.done_at) >= self.until:
+                self.stop.set()
+            held, t1 = ack.get("next_lease"), t2
 
     async def _post(self, client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> httpx.Response:
         response = await client.post(path, json=body)
@@ -107,9 +113,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--wait-s", type=float, default=5.0)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--no-next-lease", action="store_true",
+                        help="lease every trial by a long-poll instead of with the previous result")
     args = parser.parse_args()
     token = Path(args.token_file).read_text().strip()
-    fleet = Fleet(args.url, token, args.workers, args.until, args.seconds, args.wait_s)
+    fleet = Fleet(args.url, token, args.workers, args.until, args.seconds, args.wait_s, not args.no_next_lease)
     try:
         import uvloop
 

@@ -155,6 +155,9 @@ class Agent:
         self.summary = AgentSummary()
         self.slots = threading.Semaphore(1 + max(1, config.lease_ahead) if config.prefetch else 1)
         self.ready: queue.Queue[HeldLease | None] = queue.Queue()
+        # without prefetch the next lease comes with the previous result's acknowledgement
+        # when one is queued (one request per trial); the leaser takes it before long-polling
+        self.handed: queue.Queue[Lease] = queue.Queue()
         self.held: dict[str, HeldLease] = {}
         self.held_lock = threading.Lock()
         self.device_lock = threading.Lock()
@@ -349,6 +352,8 @@ class Agent:
         return limit is not None and self.summary.leased >= limit
 
     def _lease_once(self) -> Lease | None:
+        with contextlib.suppress(queue.Empty):
+            return self.handed.get_nowait()
         request = LeaseRequest(worker_id=self.worker_id, wait_s=self.config.wait_s)
         try:
             return self.client.lease(request)
@@ -500,7 +505,11 @@ class Agent:
                 ack: ResultAck | ValidationAck = self.client.post_validation(
                     held.lease.token, result, deadline=held.deadline)
             else:
+                # with prefetch the leaser already holds the next lease; without, ask for it here
+                result.next_lease = not self.config.prefetch and not self.stop.is_set() and not self._budget_spent()
                 ack = self.client.post_result(held.lease.token, result, deadline=held.deadline)
+                if ack.next_lease is not None:
+                    self.handed.put(ack.next_lease)
         except LeaseGone as exc:
             self.summary.unreported += 1
             log.warning("%s result refused, the lease is gone: %s", held.label, exc)

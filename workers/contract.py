@@ -314,6 +314,9 @@ class TrialResult(BaseModel):
     environment: dict[str, Any] = Field(default_factory=dict)  # clocks, temperature, throttling
     timings: dict[str, float] = Field(default_factory=dict)  # compile_s, check_s, measure_s
     log: str = Field(default="", max_length=200_000)
+    # hand this worker its next lease with the acknowledgement, if one is queued now (a
+    # service that predates it ignores the field: the worker then long-polls as before)
+    next_lease: bool = False
 
     _worker_reason = field_validator("failure_reason")(lambda cls, reason: worker_reason(reason))
     _durations = field_validator("timings")(lambda cls, timings: durations(timings))
@@ -333,6 +336,7 @@ class ResultAck(BaseModel):
     trial_id: int
     state: str
     duplicate: bool = False
+    next_lease: Lease | None = None  # asked for with TrialResult.next_lease: the worker's next work, if any
 
 
 class Target(BaseModel):
@@ -423,6 +427,9 @@ class ValidationReport(BaseModel):
     environment: dict[str, Any] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     log: str = Field(default="", max_length=200_000)
+    # hand this worker its next lease with the acknowledgement, if one is queued now (a
+    # service that predates it ignores the field: the worker then long-polls as before)
+    next_lease: bool = False
 
     _worker_reason = field_validator("failure_reason")(lambda cls, reason: worker_reason(reason))
     _durations = field_validator("timings")(lambda cls, timings: durations(timings))

@@ -25,7 +25,7 @@ class IncompatibleWorker(ApiError):
     code = "incompatible_worker"
 
 
-def check_worker_contract(
+async def check_worker_contract(
     version: Annotated[str | None, Header(alias=CONTRACT_HEADER)] = None,
 ) -> None:
     served = f"versions {OLDEST_WORKER_CONTRACT} to {CONTRACT_VERSION}"

@@ -60,7 +60,8 @@ class AppState:
         return self._signing
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
+    """(async: a plain function dependency would be run on a worker thread, a hop per request)"""
     return request.app.state.paretune  # type: ignore[no-any-return]
 
 

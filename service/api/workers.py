@@ -93,15 +93,21 @@ def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[w
     """One attempt of a long-poll, in its own transaction (a long-poll spans several)."""
     with state.db.write() as session:
         worker = owned_worker(session, state, principal, worker_id)
-        pools.require_isolation(session, worker.pool, worker.fingerprint.get("isolation"), cached=True)
-        state.workers.seen(session, worker.id)
-        job = validations.acquire(session, worker, state.settings)  # a person waits for a validation
-        if job is not None:
-            return job, worker
-        trial = leases.acquire(session, worker, state.settings)
-        if trial is None:
-            return None, worker
-        return leases.lease_reply(trial, state.specs.get(session, trial.study_id), state.settings), worker
+        return next_work(session, state, worker), worker
+
+
+def next_work(session: Session, state: AppState, worker: WorkerInfo) -> wire.Lease | None:
+    """Lease the worker's next work if any is queued: a validation job first (a person waits
+    for it), else a trial."""
+    pools.require_isolation(session, worker.pool, worker.fingerprint.get("isolation"), cached=True)
+    state.workers.seen(session, worker.id)
+    job = validations.acquire(session, worker, state.settings)
+    if job is not None:
+        return job
+    trial = leases.acquire(session, worker, state.settings)
+    if trial is None:
+        return None
+    return leases.lease_reply(trial, state.specs.get(session, trial.study_id), state.settings)
 
 
 @router.post("/leases/{token}/heartbeat", response_model=wire.HeartbeatResponse)
@@ -139,6 +145,8 @@ def result(token: LeaseToken, body: wire.TrialResult, state: StateDep, principal
         study_id = trial.study_id
         after_commit(session, lambda: state.scheduler.wake(study_id))
         after_commit(session, lambda: state.notifier.notify(f"study:{study_id}"))
+    if body.next_lease:  # in the same transaction: one request per trial instead of two
+        ack.next_lease = next_work(session, state, worker)
     state.metrics.result_seconds.observe(time.perf_counter() - started)
     return ack
 

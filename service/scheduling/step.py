@@ -15,11 +15,13 @@ done: the next step, on any replica, finds the same untold trials.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import flag_modified
 
 from service.domain import schedule
 from service.domain import study_doc as sd
@@ -37,6 +39,8 @@ from workers.contract import FailureReason
 ASKS_PER_STEP = 64  # one step asks for at most this many trials...
 ASK_UNTIL_S = 0.025  # ...and stops asking this long after taking the lock; the next step asks for the rest
 TELLS_PER_STEP = 1000
+# what accounting for a finished trial may change (with told and seq)
+ACCOUNTED_COLUMNS = ("completed_index", "relative", "on_front", "hypervolume_after")
 
 
 @dataclass
@@ -66,19 +70,25 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     if not untold and study.state in STUDY_FINISHED:
         return report
     mirror = cache.get(session, study)
+    # every sequence number the step may need, in one round trip (unused ones are skipped)
+    seqs = iter(next_seqs(session, len(untold) + min(ASKS_PER_STEP, study.parallelism) + 1))
     if untold:
-        report.promoted = _account(session, study, mirror, untold)
+        report.promoted = _account(session, study, mirror, untold, seqs)
         report.accounted = len(untold)
         report.more = len(untold) == TELLS_PER_STEP
-    report.queued, room, refused = _settle_and_refill(session, study, mirror, report.locked_at + ASK_UNTIL_S)
+    deadline = report.locked_at + ASK_UNTIL_S
+    report.queued, room, refused, queued = _settle_and_refill(session, study, mirror, deadline, seqs)
     report.more = report.more or report.queued < room  # the next step asks for the rest
     report.changed = bool(report.accounted or report.queued or refused)
     if report.changed:
-        lifecycle.touch(session, study)
+        lifecycle.touch(session, study, next(seqs, None))
+    session.flush()  # the new trials and the study's row, one round trip each
+    for trial, optuna_id in queued:
+        mirror.adopt(trial, optuna_id)
     return report
 
 
-def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]) -> int:
+def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial], seqs: Iterator[int]) -> int:
     """Returns how many screened trials were queued for their full stage."""
     if mirror.front is None:
         mirror.front = fronts.load_front(session, study)
@@ -102,20 +112,21 @@ def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial]
     # new sequence numbers: their ratios, front membership and index are new, and an event
     # stream that read past a result committed late sees the trial again now (the screened
     # get theirs as they are decided)
-    touch(session, finished)
+    touch(session, finished, seqs)
+    for trial in finished:  # the same columns on every row: the flush writes them in one statement
+        for name in ACCOUNTED_COLUMNS:
+            flag_modified(trial, name)
     touch_ids(session, left - here.keys(), on_front=False)  # event streams see them leave the front
     return promotion.decide(session, study, mirror, screened) if screened else 0
 
 
 def counts_of(session: Session, study: Study) -> schedule.Counts:
-    running = session.execute(
-        select(func.count()).select_from(Trial).where(Trial.study_id == study.id,
-                                                      Trial.state == TrialState.RUNNING.value)
-    ).scalar_one()
+    running, infeasible = session.execute(
+        select(func.count().filter(Trial.state == TrialState.RUNNING.value),
+               func.count().filter(and_(*queries.infeasible())))
+        .where(Trial.study_id == study.id, Trial.state.in_((TrialState.RUNNING.value, TrialState.FAILED.value)))
+    ).one()
     budget = study.document["budget"]
-    infeasible = int(session.execute(
-        select(func.count()).select_from(Trial).where(*_infeasible(study.id))
-    ).scalar_one())
     return schedule.Counts(
         state=study.state, created=study.n_created, completed=study.n_completed, failed=study.n_failed,
         cancelled=study.n_cancelled, screened_out=study.n_screened_out, running=int(running),
@@ -125,10 +136,6 @@ def counts_of(session: Session, study: Study) -> schedule.Counts:
         count_infeasible=budget.get("count_infeasible", True), max_infeasible=budget.get("max_infeasible"),
         max_infeasible_in_a_row=budget.get("max_infeasible_in_a_row"),
     )
-
-
-def _infeasible(study_id: int) -> tuple[Any, ...]:
-    return (Trial.study_id == study_id, *queries.infeasible())
 
 
 def _infeasible_in_a_row(session: Session, study_id: int, budget: dict[str, Any]) -> int:
@@ -147,24 +154,26 @@ def _infeasible_in_a_row(session: Session, study_id: int, budget: dict[str, Any]
     return streak
 
 
-def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline: float) -> tuple[int, int, int]:
-    """(trials queued now, trials the study has room for, proposals refused as infeasible)."""
+def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline: float,
+                       seqs: Iterator[int]) -> tuple[int, int, int, list[tuple[Trial, int]]]:
+    """(trials queued now, trials the study has room for, proposals refused as infeasible,
+    the queued trials with their sampler ids, for the mirror once they have theirs)."""
     counts = counts_of(session, study)
     settlement = schedule.settle(counts, study.finish_reason)
     if settlement is not None:
         lifecycle.apply_settlement(session, study, settlement)
-        return 0, 0, 0
+        return 0, 0, 0, []
     room = schedule.asks_wanted(counts, study.max_trials)
-    asked = _ask(session, study, mirror, min(room, ASKS_PER_STEP), counts, deadline)
+    asked = _ask(session, study, mirror, min(room, ASKS_PER_STEP), counts, deadline, seqs)
     if asked.refused or asked.budget_left == 0:
         # the budget or the space is spent (done once all report), or refusals reached a cap
         settlement = schedule.settle(counts_of(session, study), study.finish_reason)
         if settlement is not None:
             lifecycle.apply_settlement(session, study, settlement)
-            return asked.queued, asked.queued, asked.refused
+            return asked.queued, asked.queued, asked.refused, asked.trials
         if asked.budget_left == 0:
             room = asked.queued
-    return asked.queued, room, asked.refused
+    return asked.queued, room, asked.refused, asked.trials
 
 
 @dataclass
@@ -172,20 +181,19 @@ class Asked:
     queued: int = 0
     refused: int = 0  # infeasible on the study's target: failed before queuing
     budget_left: int = 0
+    trials: list[tuple[Trial, int]] = field(default_factory=list)  # queued, with their sampler ids
 
 
 def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, counts: schedule.Counts,
-         deadline: float) -> Asked:
+         deadline: float, seqs: Iterator[int]) -> Asked:
     """Queue up to `wanted` trials within the budget. A proposal that cannot launch on the
     study's target is recorded failed (infeasible) and told to the sampler at once, and the
     sampler asked again; it takes a place in the budget only if the study counts them."""
     asked = Asked(budget_left=counts.budget_left)
     in_a_row = counts.infeasible_in_a_row
-    queued: list[tuple[Trial, int]] = []
     screen = study.document["measure"].get("screen")
     stage = "screen" if screen else None  # a study that screens measures every trial so first
     requires_energy = bool(set(screen["objectives"]) & sd.ENERGY_OBJECTIVES) if screen else study.requires_energy
-    seqs = iter(next_seqs(session, wanted))
     while asked.queued < wanted and asked.budget_left > 0:
         if (asked.queued or asked.refused) and time.perf_counter() > deadline:
             break
@@ -216,7 +224,7 @@ def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, counts: sc
         session.add(trial)
         study.n_created += 1
         if refusal is None:
-            queued.append((trial, optuna_id))
+            asked.trials.append((trial, optuna_id))
             asked.queued += 1
             asked.budget_left -= 1
             in_a_row = 0
@@ -225,9 +233,6 @@ def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, counts: sc
             asked.refused += 1
             asked.budget_left -= 1 if counts.count_infeasible else 0
             in_a_row += 1
-    session.flush()  # one round trip for the batch
-    for trial, optuna_id in queued:
-        mirror.adopt(trial, optuna_id)
     return asked
 
 

@@ -25,9 +25,10 @@ def set_state(session: Session, study: Study, new: StudyState, reason: str | Non
     touch(session, study)
 
 
-def touch(session: Session, study: Study) -> None:
+def touch(session: Session, study: Study, seq: int | None = None) -> None:
+    """The study changed: its event streams send it again (`seq`: a value the caller drew)."""
     study.updated_at = utcnow()
-    study.seq = next_seq(session)
+    study.seq = seq if seq is not None else next_seq(session)
 
 
 def create(session: Session, team_id: int, token_id: int | None, document: dict[str, Any]) -> Study:

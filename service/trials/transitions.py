@@ -4,7 +4,8 @@ its event: event streams and sampler mirrors follow trials by sequence number.""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+import itertools
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Update, select, text, update
@@ -57,10 +58,13 @@ def move_where(session: Session, old: TrialState, new: TrialState, *conditions: 
             .values(state=new.value, seq=seq, **values))
 
 
-def touch(session: Session, trials: Sequence[Trial]) -> None:
+def touch(session: Session, trials: Sequence[Trial], seqs: Iterator[int] | None = None) -> None:
     """New sequence numbers for trials whose state stays but whose shown fields changed
-    (front membership, ratios), so that event streams send them again."""
-    for trial, seq in zip(trials, next_seqs(session, len(trials)), strict=True):
+    (front membership, ratios), so that event streams send them again (taken from `seqs`,
+    values the caller drew, while it lasts)."""
+    drawn = list(itertools.islice(seqs, len(trials))) if seqs is not None else []
+    drawn += next_seqs(session, len(trials) - len(drawn))
+    for trial, seq in zip(trials, drawn, strict=True):
         trial.seq = seq
 
 

@@ -138,6 +138,45 @@ def test_duplicate_result_counts_once_and_unknown_lease_is_refused(api: Api) -> 
     assert progress["completed"] == 1 and progress["created"] == 2
 
 
+def test_a_result_hands_out_the_next_lease_when_asked(api: Api) -> None:
+    """`next_lease` in a result: the acknowledgement carries the worker's next trial (the
+    oldest queued one, leased as a long-poll would), or null when nothing is queued; a
+    study run that way alone ends with the same trials as one leased by long-polls."""
+    study = api.create_study(budget={"max_trials": 6}, parallelism=2)
+    worker = api.worker()
+    held = api.lease(worker)
+    assert held is not None and held["trial"]["number"] == 0
+    queued = [t["number"] for t in api.client.get(f"/v1/studies/{study['id']}/trials", params={"state": "queued"},
+                                                  headers=api.admin).json()["items"]]
+    ack = api.post_result(worker, held["token"], {**result_for(held["trial"]), "next_lease": True}).json()
+    assert ack["state"] == "completed" and not ack["duplicate"]
+    following = ack["next_lease"]
+    assert following is not None and following["trial"]["number"] == min(queued)
+    rows = {t["number"]: t for t in all_trials(api, study["id"])}
+    assert rows[min(queued)]["state"] == "running"  # leased to this worker, its token live
+    # without the flag, nothing is handed out; the lease handed out takes a result as any other
+    plain = api.post_result(worker, following["token"], result_for(following["trial"])).json()
+    assert plain["state"] == "completed" and plain["next_lease"] is None
+    done = 2
+    while True:
+        held = api.lease(worker)
+        if held is None:
+            api.quiesce()
+            held = api.lease(worker)
+        if held is None:
+            break
+        while held is not None:
+            ack = api.post_result(worker, held["token"], {**result_for(held["trial"]), "next_lease": True}).json()
+            done += 1
+            held = ack["next_lease"]
+    api.quiesce()
+    trials = all_trials(api, study["id"])
+    assert done == 6 and sorted(t["number"] for t in trials) == list(range(6))
+    assert all(t["state"] == "completed" for t in trials)
+    progress = api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()["progress"]
+    assert progress["completed"] == 6 and progress["in_flight"] == 0
+
+
 def test_expired_lease_is_requeued_then_failed_after_max_attempts(fast_expiry_api: Api) -> None:
     api = fast_expiry_api
     study = api.create_study(budget={"max_trials": 2}, parallelism=1,

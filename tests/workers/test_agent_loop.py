@@ -84,6 +84,7 @@ def test_prefetch_leases_ahead_but_never_overlaps_measurements(tmp_path):
     assert any(lease_times[b] < posted[a] for a, b in zip(ids, ids[1:], strict=False))
     held_ids = {trial for _, trial, _ in plane.heartbeats}
     assert len(held_ids) >= 3
+    assert not plane.handed  # the leaser holds the next lease already: a result asks for none
 
 
 def test_lease_ahead_holds_that_many_compiled_trials_beyond_the_one_measuring(tmp_path):
@@ -112,6 +113,20 @@ def test_without_prefetch_one_lease_at_a_time(tmp_path):
     assert len(post_times) == 3
     for posted, next_lease in zip(post_times, lease_times[1:], strict=False):
         assert next_lease >= posted
+    # the second and third came with the results before them, not from long-polls
+    assert plane.handed == [s.trial_id for s in specs[1:]]
+    assert [plane.results[s.trial_id].status for s in specs] == ["completed"] * 3
+
+
+def test_without_prefetch_the_agent_long_polls_when_no_lease_comes_with_the_result(tmp_path):
+    """A service that hands out nothing with a result (an older one, or an empty queue):
+    the agent long-polls for each trial as before."""
+    specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 0.1}, objectives=["f1"]) for _ in range(3)]
+    plane = Plane(hand_next=False)
+    plane.add(*specs)
+    with PlaneServer(plane) as server:
+        summary = run_agent(_config(server, tmp_path, max_trials=3, prefetch=False))
+    assert summary.completed == 3 and not plane.handed and len(plane.leased) == 3
 
 
 def test_cancel_kills_the_trial_and_the_agent_goes_on(tmp_path):

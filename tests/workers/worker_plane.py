@@ -52,6 +52,8 @@ class Plane:
     cancel_trials: set[int] = field(default_factory=set)
     fail_result_posts: int = 0  # answer this many result posts with 503 first
     known_workers: set[int] = field(default_factory=set)  # lease answers 404 to others
+    hand_next: bool = True  # a result asking for the next lease gets it with its acknowledgement
+    handed: list[int] = field(default_factory=list)  # works leased that way
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     def add(self, *specs: Work) -> None:
@@ -119,7 +121,13 @@ class Plane:
             duplicate = trial_id in self.results
             self.results.setdefault(trial_id, result)
             self.cond.notify_all()
-            return 200, {"trial_id": trial_id, "state": result.status, "duplicate": duplicate}
+            ack: dict[str, Any] = {"trial_id": trial_id, "state": result.status, "duplicate": duplicate}
+        if self.hand_next and result.next_lease:  # as the service does: the next lease with the ack
+            following = self.lease(held.worker_id, 0)
+            ack["next_lease"] = following.model_dump(mode="json") if following is not None else None
+            if following is not None:
+                self.handed.append(work_id(following.trial or following.validation))  # type: ignore[arg-type]
+        return 200, ack
 
     def validation(self, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         report = ValidationReport.model_validate(body)
