@@ -206,7 +206,8 @@ def write_markdown(summary: dict[str, Any]) -> None:
         "# Fleet benchmark: simulated workers over real HTTP against one control plane on Postgres\n\n"
         f"- date: {summary['date']}\n- machine: {summary['machine']}\n- command: `{summary['command']}`\n"
         "- method: bench/fleet.py's docstring; the simulated workers answer at once (bench/fleet_clients.py, "
-        "another process); lease times include the long-poll's wait for a queued trial.\n"
+        "another process) and take their next lease with each result when one is queued; lease times are those of "
+        "the long-polls (the wait for a queued trial included), result times include a lease handed out with it.\n"
         f"- Optuna RDBStorage on the same database, same run: {summary['rows'][-1].get('optuna_rdb_trials_per_s')} "
         "trials/s\n\n" + table(summary["rows"]) + "\n\n" + marker + reading)
 

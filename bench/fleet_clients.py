@@ -4,7 +4,8 @@ asyncio process, answering every trial at once with a known two-objective functi
     python bench/fleet_clients.py URL TOKEN_FILE --workers 200 --until 10000 --out result.json
 
 Each agent registers, then leases (long-poll) and posts a result until the service has
-received `--until` results from this process (or `--seconds` pass). Every lease and result
+received `--until` results from this process (or `--seconds` pass); each result asks for the
+next lease, as the agent without prefetch does (`--no-next-lease`: every trial by long-poll). Every lease and result
 latency is recorded with its completion time, so the caller can compute throughput over
 any window. Connections are kept alive with an idle expiry shorter than the server's.
 """
