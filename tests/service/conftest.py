@@ -80,25 +80,30 @@ class Api:
             if not any(r is not None and r.changed for r in reports):
                 return
 
-    def run_worker(self, worker: tuple[dict[str, str], int], results: Any, limit: int = 100_000) -> int:
-        """Lease and report until nothing is queued; `results(trial)` makes each result body."""
-        return self.run_workers([worker], results, limit=limit)
+    def run_worker(self, worker: tuple[dict[str, str], int], results: Any, limit: int = 100_000,
+                   next_lease: bool = False) -> int:
+        """Lease and report until nothing is queued; `results(trial)` makes each result body.
+        With `next_lease`, each result asks for the next lease, taken when one comes with it."""
+        return self.run_workers([worker], results, limit=limit, next_lease=next_lease)
 
     def run_workers(self, workers: list[tuple[dict[str, str], int]], results: Any, *, limit: int = 100_000,
-                    seed: int = 7) -> int:
+                    seed: int = 7, next_lease: bool = False) -> int:
         """Like run_worker, each lease taken by one of `workers` in a seeded random order."""
         order = random.Random(seed)
-        done = 0
+        done, held, worker = 0, None, workers[0]
         while done < limit:
-            worker = workers[order.randrange(len(workers))]
-            held = self.lease(worker)
+            if held is None:  # else the worker goes on with the lease its last result brought
+                worker = workers[order.randrange(len(workers))]
+                held = self.lease(worker)
             if held is None:
                 self.quiesce()
                 held = self.lease(worker)
             if held is None:
                 break
-            r = self.post_result(worker, held["token"], results(held["trial"]))
+            body = {**results(held["trial"]), **({"next_lease": True} if next_lease else {})}
+            r = self.post_result(worker, held["token"], body)
             assert r.status_code == 200, r.text
+            held = r.json().get("next_lease")
             done += 1
         self.quiesce()
         return done

@@ -157,21 +157,9 @@ def test_a_result_hands_out_the_next_lease_when_asked(api: Api) -> None:
     # without the flag, nothing is handed out; the lease handed out takes a result as any other
     plain = api.post_result(worker, following["token"], result_for(following["trial"])).json()
     assert plain["state"] == "completed" and plain["next_lease"] is None
-    done = 2
-    while True:
-        held = api.lease(worker)
-        if held is None:
-            api.quiesce()
-            held = api.lease(worker)
-        if held is None:
-            break
-        while held is not None:
-            ack = api.post_result(worker, held["token"], {**result_for(held["trial"]), "next_lease": True}).json()
-            done += 1
-            held = ack["next_lease"]
-    api.quiesce()
+    assert api.run_worker(worker, result_for, next_lease=True) == 4
     trials = all_trials(api, study["id"])
-    assert done == 6 and sorted(t["number"] for t in trials) == list(range(6))
+    assert sorted(t["number"] for t in trials) == list(range(6))
     assert all(t["state"] == "completed" for t in trials)
     progress = api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()["progress"]
     assert progress["completed"] == 6 and progress["in_flight"] == 0
