@@ -70,10 +70,11 @@ def machine() -> str:
 
 
 def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env: dict[str, str],
-              processes: int = 1) -> dict[str, Any]:
+              processes: int = 1, scheduler_process: bool = False) -> dict[str, Any]:
     db_url = create_postgres_database()
     workdir = Path(tempfile.mkdtemp(prefix="fleet-"))
-    service = start_service(db_url, workdir, env, ("--processes", str(processes)))
+    service = start_service(db_url, workdir, env, ("--processes", str(processes),
+                                                   *(["--scheduler-process"] if scheduler_process else [])))
     try:
         admin = service.client()
         parallelism = max(1, 2 * workers // studies)
@@ -103,7 +104,8 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
     finally:
         service.stop()
         drop_postgres_database(db_url)
-    return _summary(name, workers, studies, trials_per_study, data, wall, server_cpu, finished, processes)
+    row = _summary(name, workers, studies, trials_per_study, data, wall, server_cpu, finished, processes)
+    return row | {"scheduler_process": scheduler_process}
 
 
 def _finished(admin: Any, studies: int) -> int:
@@ -182,8 +184,9 @@ def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
             "trials_per_s": round(count[0] / elapsed, 1)}
 
 
-COLUMNS = ["scenario", "server_processes", "workers", "studies", "completed", "errors", "trials_per_s", "lease_p50_ms",
-           "lease_p99_ms", "result_p50_ms", "result_p99_ms", "late_over_early", "server_cores", "wall_s", "vs_rdb"]
+COLUMNS = ["scenario", "server_processes", "scheduler_process", "workers", "studies", "completed", "errors",
+           "trials_per_s", "lease_p50_ms", "lease_p99_ms", "result_p50_ms", "result_p99_ms", "late_over_early",
+           "server_cores", "wall_s", "vs_rdb"]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -231,18 +234,19 @@ def main() -> None:
     parser.add_argument("--rdb-workers", default="8,32", help="thread counts tried for RDBStorage (best kept)")
     parser.add_argument("--rdb-seconds", type=float, default=60.0)
     parser.add_argument("--server-processes", type=int, default=1, help="paretune serve --processes")
+    parser.add_argument("--scheduler-process", action="store_true", help="paretune serve --scheduler-process")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     env = {"PARETUNE_LEASE_S": "60", "PARETUNE_POLL_INTERVAL_S": "0.5"}
     rows: list[dict[str, Any]] = []
+    serving = (args.server_processes, args.scheduler_process)
     for scenario in args.scenarios.split(","):
         if scenario == "single":
-            rows.append(run_fleet("single", args.workers, 1, args.trials, env, args.server_processes))
+            rows.append(run_fleet("single", args.workers, 1, args.trials, env, *serving))
         elif scenario == "studies":
-            rows.append(run_fleet("studies", args.workers, 20, 500, env, args.server_processes))
+            rows.append(run_fleet("studies", args.workers, 20, 500, env, *serving))
         elif scenario == "wide":
-            rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env,
-                                 args.server_processes))
+            rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env, *serving))
         elif scenario == "rdb":
             tries = [run_rdb(int(w), args.trials, args.rdb_seconds) for w in args.rdb_workers.split(",")]
             rows.append(max(tries, key=lambda r: r["trials_per_s"]) | {"tried": tries})

@@ -20,7 +20,7 @@ from service.artifacts import validations
 from service.config import Settings
 from service.http import BodyLimit, install_error_handlers
 from service.metrics import Metrics
-from service.notify import Notifier
+from service.notify import Notifier, postgres_dsn
 from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
@@ -38,14 +38,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(settings.database_url, settings.db_pool_size)
         await run_in_threadpool(prepare_schema, db.engine, settings.migrate_on_start)
-        notifier = Notifier(settings.redis_url)
+        notifier = Notifier(settings.redis_url, postgres_dsn(settings.database_url))
         await notifier.start()
         cache = MirrorCache()
         metrics = Metrics(db)
         scheduler = Scheduler(db, cache, notifier, settings, observe=metrics.step_seconds.observe)
         state = AppState(settings, db, cache, notifier, metrics, scheduler)
         app.state.paretune = state
-        await scheduler.start()
+        if not settings.scheduler_process:  # else its wake-ups go to the scheduler process
+            await scheduler.start()
         upkeep = asyncio.create_task(_upkeep(state))
         # What exists now (modules, the app, the database engine) lives as long as the
         # process: out of the collector's sight, a full collection pauses the process (and

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -65,7 +66,7 @@ class Api:
 
 # What the control plane imports beyond the worker's dependencies: the `service` extra.
 SERVICE_MODULES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "psycopg", "optuna", "redis", "prometheus_client")
-SERVICE_COMMANDS = ("serve", "up", "db", "token")
+SERVICE_COMMANDS = ("serve", "scheduler", "up", "db", "token")
 
 
 @app.callback()
@@ -84,6 +85,9 @@ def _require_service_extras(ctx: typer.Context) -> None:
 def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
           processes: Annotated[int, typer.Option(
               min=1, help="server processes on this port, each a replica with its own scheduler (Postgres only)")] = 1,
+          scheduler_process: Annotated[bool, typer.Option(
+              "--scheduler-process", help="step the studies in a process of their own instead of in the server "
+              "processes, restarted if it exits (Postgres only)")] = False,
           ) -> None:
     """Run the control plane (PARETUNE_DATABASE_URL selects Postgres; SQLite otherwise)."""
     import uvicorn
@@ -94,14 +98,12 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
     settings = Settings.from_env()
     options: dict[str, Any] = {"host": host, "port": port, "log_level": log_level, "timeout_graceful_shutdown": 5,
                                "timeout_keep_alive": int(settings.keep_alive_s)}
-    if processes == 1:
-        uvicorn.run(create_app(settings), **options)
-        return
-    if settings.is_sqlite:
-        _fail("--processes above 1 needs Postgres (PARETUNE_DATABASE_URL): SQLite has one writer at a time")
-    # the processes share Postgres's connections (max_connections, 100 by default)
-    os.environ.setdefault("PARETUNE_DB_POOL_SIZE", str(max(4, settings.db_pool_size // processes)))
-    if settings.migrate_on_start:  # once here, not by every process at once
+    if settings.is_sqlite and (processes > 1 or scheduler_process):
+        what = "--processes above 1" if processes > 1 else "--scheduler-process"
+        _fail(f"{what} needs Postgres (PARETUNE_DATABASE_URL): SQLite has one writer at a time")
+    if processes > 1:  # the processes share Postgres's connections (max_connections, 100 by default)
+        os.environ.setdefault("PARETUNE_DB_POOL_SIZE", str(max(4, settings.db_pool_size // processes)))
+    if (processes > 1 or scheduler_process) and settings.migrate_on_start:  # once here, not by every process
         from service.store.db import Database
         from service.store.migrate import upgrade
 
@@ -109,8 +111,77 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
         upgrade(db.engine)
         db.dispose()  # the processes open their own connections; this one would sit idle
         os.environ["PARETUNE_MIGRATE_ON_START"] = "false"
-    # each process builds its app from the same environment and serves as one more replica
-    uvicorn.run("service.app:create_app", factory=True, workers=processes, **options)
+    keeper = _SchedulerKeeper(log_level) if scheduler_process else None
+    if keeper is not None:
+        os.environ["PARETUNE_SCHEDULER_PROCESS"] = "true"
+        keeper.start()
+    try:
+        if processes == 1:
+            uvicorn.run(create_app(Settings.from_env()), **options)
+        else:  # each process builds its app from the same environment and serves as one more replica
+            uvicorn.run("service.app:create_app", factory=True, workers=processes, **options)
+    finally:
+        if keeper is not None:
+            keeper.stop()
+
+
+class _SchedulerKeeper:
+    """Runs `paretune scheduler` beside the server and starts it again if it fails."""
+
+    RESTART_S = 1.0
+
+    def __init__(self, log_level: str) -> None:
+        self.command = [sys.executable, "-m", "service.cli", "scheduler", "--log-level", log_level]
+        self.env = {k: v for k, v in os.environ.items() if k != "PARETUNE_SCHEDULER_PROCESS"}
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._keep, name="scheduler-keeper", daemon=True)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _keep(self) -> None:
+        while not self.stopping.is_set():
+            self.process = subprocess.Popen(self.command, env=self.env)
+            code = self.process.wait()
+            if code == 0 or self.stopping.is_set():  # stopped on purpose (SIGTERM, or with the server)
+                return
+            err.print(f"the scheduler process exited with status {code}; starting it again")
+            self.stopping.wait(self.RESTART_S)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.thread.join(5)
+
+
+@app.command()
+def scheduler(log_level: str = "info") -> None:
+    """Step the studies in this process (Postgres only), for server processes started with
+    PARETUNE_SCHEDULER_PROCESS=true; `paretune serve --scheduler-process` runs one for you."""
+    import asyncio
+    import logging
+
+    from service.config import Settings
+    from service.scheduling import process
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings.from_env()
+    if settings.is_sqlite:
+        _fail("a scheduler process needs Postgres (PARETUNE_DATABASE_URL): SQLite has one writer at a time")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(process.run(settings))
 
 
 @db_app.command("upgrade")

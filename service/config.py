@@ -29,6 +29,7 @@ class Settings:
     auth_failure_window_s: float = 60.0
     migrate_on_start: bool = True  # false: a migration job upgrades the schema, replicas only check it
     db_pool_size: int = 30  # steady Postgres connections of one server process (10 more under load)
+    scheduler_process: bool = False  # true: a scheduler process runs the studies' steps, not this one
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -46,6 +47,7 @@ class Settings:
             auth_failure_limit=int(os.environ.get("PARETUNE_AUTH_FAILURE_LIMIT", 20)),
             migrate_on_start=os.environ.get("PARETUNE_MIGRATE_ON_START", "true").lower() not in ("0", "false", "no"),
             db_pool_size=int(os.environ.get("PARETUNE_DB_POOL_SIZE", 30)),
+            scheduler_process=os.environ.get("PARETUNE_SCHEDULER_PROCESS", "false").lower() in ("1", "true", "yes"),
         )
 
     @property

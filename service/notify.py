@@ -1,12 +1,14 @@
-"""Wake-ups for long-polls, event streams and scheduling steps. Redis accelerates; it never
-holds truth, and it never holds up a request.
+"""Wake-ups for long-polls, event streams and scheduling steps. Redis (or, without it,
+Postgres's LISTEN/NOTIFY) carries them between processes; it never holds truth, and it never
+holds up a request.
 
 Channels are `pool:<name>` (a trial was queued there), `study:<id>` (a study or one of its
-trials changed) and `studies`. `notify` wakes this replica's waiters at once and hands the
-channels to a background publisher; Redis is reached only from background tasks, through
-an asyncio client with short timeouts, so a Redis that is down or hung (its port open, the
-process stopped) only delays other replicas' wake-ups: their waiters re-check the database
-every poll interval anyway.
+trials changed), `studies`, and `step:<id>` (a study's step has work: for a scheduler that
+runs in a process of its own). `notify` wakes this replica's waiters at once and hands the
+channels to a background publisher; the other processes are reached only from background
+tasks with short timeouts, so a Redis or a notification connection that is down or hung
+only delays other replicas' wake-ups: their waiters re-check the database every poll
+interval anyway.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("paretune.notify")
@@ -23,11 +27,23 @@ PREFIX = "paretune:"
 REDIS_TIMEOUT_S = 0.5
 QUEUE_LIMIT = 10_000  # channels waiting to be published; past it the oldest are dropped
 WARN_EVERY_S = 30.0
+PG_CHANNEL = "paretune"  # the Postgres notification channel every process listens on
+
+
+def postgres_dsn(database_url: str) -> str | None:
+    """A libpq connection string for a Postgres database URL (None for another database)."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if database_url.startswith(prefix):
+            return "postgresql://" + database_url[len(prefix):]
+    return None
 
 
 class Notifier:
-    def __init__(self, redis_url: str | None) -> None:
+    def __init__(self, redis_url: str | None, postgres_dsn: str | None = None) -> None:
         self.redis_url = redis_url
+        self.postgres_dsn = None if redis_url else postgres_dsn  # Redis, when there is one
+        self._origin = secrets.token_hex(6)  # this process: its own Postgres notifications are skipped
+        self._handlers: dict[str, Callable[[str], None]] = {}  # channel prefix -> called on the loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: dict[str, deque[asyncio.Future[None]]] = defaultdict(deque)
         self._outbox: asyncio.Queue[tuple[str, int | None]] | None = None
@@ -49,6 +65,19 @@ class Notifier:
             )
             self._outbox = asyncio.Queue(QUEUE_LIMIT)
             self._tasks = [asyncio.create_task(self._publish()), asyncio.create_task(self._listen())]
+        elif self.postgres_dsn:
+            self._outbox = asyncio.Queue(QUEUE_LIMIT)
+            self._tasks = [asyncio.create_task(self._publish_pg()), asyncio.create_task(self._listen_pg())]
+
+    @property
+    def crosses_processes(self) -> bool:
+        """Whether other processes hear this one's notifications (Redis or Postgres)."""
+        return bool(self.redis_url or self.postgres_dsn)
+
+    def on(self, prefix: str, handler: Callable[[str], None]) -> None:
+        """Call `handler(channel)` for every notification of a channel starting with `prefix`,
+        this process's own or another's."""
+        self._handlers[prefix] = handler
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -110,6 +139,9 @@ class Notifier:
                 self._waiters.pop(channel, None)
 
     def _fire(self, channel: str, count: int | None = None) -> None:
+        for prefix, handler in self._handlers.items():
+            if channel.startswith(prefix):
+                handler(channel)
         queue = self._waiters.get(channel)
         woken = 0
         while queue and (count is None or woken < count):
@@ -150,6 +182,62 @@ class Notifier:
                 raise
             except Exception as exc:
                 self._warn(f"redis subscription lost ({exc!r}); retrying in 1 s")
+                await asyncio.sleep(1)
+
+    async def _publish_pg(self) -> None:
+        """Other processes' wake-ups through Postgres: one statement per batch, on a
+        connection of its own (autocommit: a notification is sent at once)."""
+        import psycopg
+
+        assert self._outbox is not None and self.postgres_dsn is not None
+        dsn = self.postgres_dsn
+        connection: Any = None
+        while True:
+            messages = [await self._outbox.get()]
+            while not self._outbox.empty():
+                messages.append(self._outbox.get_nowait())
+            payloads = [f"{self._origin}|{'' if count is None else count}|{channel}" for channel, count in messages]
+            try:
+                if connection is None or connection.closed:
+                    connection = await asyncio.wait_for(
+                        psycopg.AsyncConnection.connect(dsn, autocommit=True), REDIS_TIMEOUT_S * 4)
+                await asyncio.wait_for(connection.execute(
+                    "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (PG_CHANNEL, payloads)), REDIS_TIMEOUT_S)
+            except asyncio.CancelledError:
+                if connection is not None:
+                    await connection.close()
+                raise
+            except Exception as exc:  # other replicas fall back to polling meanwhile
+                self._warn(f"postgres notify failed ({exc!r}); wake-ups go by polling meanwhile")
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await connection.close()
+                connection = None
+
+    async def _listen_pg(self) -> None:
+        import psycopg
+
+        assert self.postgres_dsn is not None
+        dsn = self.postgres_dsn
+        while True:
+            connection: Any = None
+            try:
+                connection = await asyncio.wait_for(
+                    psycopg.AsyncConnection.connect(dsn, autocommit=True), REDIS_TIMEOUT_S * 4)
+                await connection.execute(f"LISTEN {PG_CHANNEL}")
+                async for note in connection.notifies():
+                    origin, count, channel = note.payload.split("|", 2)
+                    if origin != self._origin:
+                        self._fire(channel, int(count) if count.isdigit() else None)
+            except asyncio.CancelledError:
+                if connection is not None:
+                    await connection.close()
+                raise
+            except Exception as exc:
+                self._warn(f"postgres notification connection lost ({exc!r}); retrying in 1 s")
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await connection.close()
                 await asyncio.sleep(1)
 
     def _warn(self, message: str) -> None:

@@ -5,6 +5,11 @@ resumed, a lease expired) and by a timer that looks for studies with work in the
 so that work left by a replica that died, or that arrived at another replica, is found
 within `schedule_interval_s`. The database lock of each step makes sure that only one
 replica steps a study at a time; the others skip it.
+
+A server process may leave its steps to a scheduler process (`paretune scheduler`, or
+`paretune serve --scheduler-process`): its Scheduler is not started and hands its wake-ups
+to the notifier as `step:<id>` channels, which the scheduler process follows. Its steps
+then do not wait for the GIL behind the request threads.
 """
 
 from __future__ import annotations
@@ -54,10 +59,16 @@ class Scheduler:
                 await self._task
 
     def wake(self, *study_ids: int) -> None:
-        """Ask for a step of these studies soon; callable from any thread."""
+        """Ask for a step of these studies soon; callable from any thread. Not started here
+        (a scheduler process steps them), the wake-ups go to it through the notifier."""
         if self._loop is None:
+            self.notifier.notify(*(f"step:{study_id}" for study_id in study_ids))
             return
         self._loop.call_soon_threadsafe(self._add, study_ids)
+
+    def follow(self) -> None:
+        """Step the studies other processes' `wake` names (this is the scheduler process)."""
+        self.notifier.on("step:", lambda channel: self._add((int(channel[5:]),)))
 
     def _add(self, study_ids: tuple[int, ...]) -> None:
         self._pending.update(study_ids)

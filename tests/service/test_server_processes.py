@@ -1,10 +1,12 @@
 """`paretune serve --processes N`: N server processes on one port, each a replica with its
-own scheduler, finish a study together with every trial told once; SQLite is refused; a
+own scheduler, finish a study together with every trial told once; with `--scheduler-process`
+the steps run in a process of their own, started again if it dies; SQLite is refused; a
 database that takes no connection answers 503 in the error shape, and serving resumes."""
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import httpx
@@ -101,3 +103,49 @@ def test_a_database_that_takes_no_connection_answers_503(database: str, tmp_path
         assert client.get("/v1/studies").status_code == 200
     finally:
         service.stop()
+
+
+def scheduler_process(pid: int) -> int | None:
+    """The live `paretune scheduler` child of `pid` (started from a thread of its own)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z" and b"scheduler" in (stat.parent / "cmdline").read_bytes():
+                return int(stat.parent.name)
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+    return None
+
+
+def test_a_scheduler_process_steps_the_studies_and_is_started_again_when_killed(database: str,
+                                                                                  tmp_path: Path) -> None:
+    """`serve --processes 2 --scheduler-process`: the server processes step nothing (their
+    wake-ups go to the scheduler process over Postgres's LISTEN/NOTIFY); killed mid-study, the
+    scheduler process is started again and the study finishes with every trial once."""
+    service = start_service(database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2"},
+                            ("--processes", "2", "--scheduler-process"))
+    try:
+        first = wait_for(lambda: scheduler_process(service.process.pid), 30, "a scheduler process")
+        token = service.make_worker_token()
+        doc = study_doc(budget={"max_trials": TRIALS}, parallelism=8,
+                        sampler={"name": "nsga2", "seed": 4, "options": {"population_size": 10}})
+        admin = service.client()
+        study_id = admin.post("/v1/studies", json=doc).json()["id"]
+        for _ in range(4):
+            service.start_fake_worker(token, "--delay", "0.02")
+        wait_for(lambda: admin.get(f"/v1/studies/{study_id}").json()["progress"]["completed"] >= TRIALS // 4, 60,
+                 service.log_path)
+        os.kill(first, signal.SIGKILL)
+        second = wait_for(lambda: (pid := scheduler_process(service.process.pid)) not in (None, first) and pid, 30,
+                          "the scheduler process started again")
+        wait_for(lambda: (s := admin.get(f"/v1/studies/{study_id}").json())["state"] == "completed"
+                 and s["progress"]["in_flight"] == 0, 120, service.log_path)
+        steps = [httpx.get(f"{service.url}/metrics", timeout=30).text for _ in range(20)]
+        with psycopg.connect(database) as conn:
+            rows = conn.execute("SELECT number, state, told FROM trials WHERE study_id = %s", (study_id,)).fetchall()
+    finally:
+        service.stop()
+    assert sorted(number for number, _, _ in rows) == list(range(TRIALS))  # none asked twice, none lost
+    assert all(state == "completed" and told for _, state, told in rows)
+    assert all("paretune_step_seconds_count 0.0" in text for text in steps)  # no server process stepped
+    assert not Path(f"/proc/{second}").exists()  # stopped with the server

@@ -146,10 +146,12 @@ class GemmWorker:
         r.raise_for_status()
 
     def run(self, limit: int | None = None, fail_every: int = 0) -> int:
-        """Lease and report until nothing is queued or `limit` results were posted."""
+        """Lease and report until nothing is queued for a second or `limit` results were
+        posted (the wait lets the study's step queue the next trials: a worker faster than
+        the step would otherwise stop in the middle of a study)."""
         done = 0
         while limit is None or done < limit:
-            lease = self.lease()
+            lease = self.lease(wait_s=1.0)
             if lease is None:
                 break
             if fail_every and done % fail_every == fail_every - 1:

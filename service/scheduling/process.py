@@ -1,0 +1,57 @@
+"""A scheduler process: the studies' scheduling steps without an HTTP server.
+
+Server processes started with `PARETUNE_SCHEDULER_PROCESS=true` do not step studies; they
+send their wake-ups (`step:<id>`) through the notifier, over Postgres's LISTEN/NOTIFY or
+Redis, and this process steps the studies and sends back `pool:` and `study:` wake-ups.
+Its timer finds work whose wake-up was lost, and each step's study lock lets several
+scheduler processes (or replicas that step their own studies) share the studies safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import signal
+
+from service.config import Settings
+from service.notify import Notifier, postgres_dsn
+from service.scheduling.loop import Scheduler
+from service.scheduling.mirror import MirrorCache
+from service.store.db import Database
+from service.store.migrate import prepare_schema
+
+log = logging.getLogger("paretune.scheduling")
+
+
+async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Step studies until `stop` is set (SIGTERM or SIGINT when not given)."""
+    if settings.is_sqlite:
+        raise ValueError("a scheduler process needs Postgres (PARETUNE_DATABASE_URL): SQLite has one writer")
+    stop = stop or _stop_on_signals()
+    db = Database(settings.database_url, min(settings.db_pool_size, 8))
+    await asyncio.get_running_loop().run_in_executor(None, prepare_schema, db.engine, settings.migrate_on_start)
+    notifier = Notifier(settings.redis_url, postgres_dsn(settings.database_url))
+    await notifier.start()
+    scheduler = Scheduler(db, MirrorCache(), notifier, settings)
+    await scheduler.start()
+    scheduler.follow()
+    gc.collect()
+    gc.freeze()  # as in the server: what exists now lives as long as the process
+    log.info("scheduler process stepping studies on %s", db.engine.url.render_as_string(hide_password=True))
+    try:
+        await stop.wait()
+    finally:
+        await scheduler.stop()
+        await notifier.stop()
+        db.dispose()
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    return stop

@@ -1,0 +1,81 @@
+"""Wake-ups between processes over Postgres's LISTEN/NOTIFY (no Redis): a notification in
+one process wakes the waiters of another, counts are kept, a process does not hear its own
+notifications twice, handlers see their channels, and stopping leaves no connection."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+from helpers import create_postgres_database, drop_postgres_database, postgres_available
+
+from service.notify import Notifier, postgres_dsn
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def database():
+    if not postgres_available():
+        pytest.skip("PostgreSQL is not reachable")
+    url = create_postgres_database()
+    yield url
+    drop_postgres_database(url)
+
+
+def connections(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid()").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_notifications_reach_other_processes_through_postgres(database: str) -> None:
+    async def scenario() -> dict[str, object]:
+        one = Notifier(None, postgres_dsn(database))
+        other = Notifier(None, postgres_dsn(database))
+        await one.start()
+        await other.start()
+        seen: dict[str, list[str]] = {"one": [], "other": []}
+        one.on("step:", seen["one"].append)
+        other.on("step:", seen["other"].append)
+        await asyncio.sleep(0.5)  # both listening
+        loop = asyncio.get_running_loop()
+        woken_at: list[float] = []
+
+        async def waiter() -> None:
+            if await other.wait("pool:gpu", 5):
+                woken_at.append(loop.time())
+
+        waiters = [asyncio.create_task(waiter()) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        started = loop.time()
+        one.notify_some("pool:gpu", 2)  # two trials queued: two of the other process's waiters
+        done, pending = await asyncio.wait(waiters, timeout=2)
+        woken_s = max(woken_at) - started
+        one.notify("step:7", "step:9")
+        await asyncio.sleep(0.5)
+        results = {"woken": len(done), "pending": len(pending), "woken_s": woken_s,
+                   "unanswered": other.unanswered_pool_wakeups, "seen": seen, "open": connections(database)}
+        for task in pending:
+            task.cancel()
+        await one.stop()
+        await other.stop()
+        return results
+
+    results = asyncio.run(scenario())
+    assert results["woken"] == 2 and results["pending"] == 1, results
+    assert results["woken_s"] < 1.0, results
+    assert results["unanswered"] == 0
+    # the sender hears its own channels once (delivered at once, its Postgres echo skipped)
+    assert results["seen"] == {"one": ["step:7", "step:9"], "other": ["step:7", "step:9"]}
+    assert results["open"] == 3  # a listener each, and the publisher of the one that sent (made on first use)
+    assert connections(database) == 0  # stopping closed them
+
+
+def test_redis_takes_precedence_and_other_databases_have_no_postgres_channel() -> None:
+    assert Notifier("redis://127.0.0.1:6379/0", "postgresql://x/y").postgres_dsn is None
+    assert postgres_dsn("sqlite:///tmp/p.db") is None
+    assert postgres_dsn("postgresql+psycopg://u@h/db") == "postgresql://u@h/db"
