@@ -69,11 +69,6 @@ class Notifier:
             self._outbox = asyncio.Queue(QUEUE_LIMIT)
             self._tasks = [asyncio.create_task(self._publish_pg()), asyncio.create_task(self._listen_pg())]
 
-    @property
-    def crosses_processes(self) -> bool:
-        """Whether other processes hear this one's notifications (Redis or Postgres)."""
-        return bool(self.redis_url or self.postgres_dsn)
-
     def on(self, prefix: str, handler: Callable[[str], None]) -> None:
         """Call `handler(channel)` for every notification of a channel starting with `prefix`,
         this process's own or another's."""

@@ -8,20 +8,10 @@ import asyncio
 
 import psycopg
 import pytest
-from helpers import create_postgres_database, drop_postgres_database, postgres_available
 
 from service.notify import Notifier, postgres_dsn
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def database():
-    if not postgres_available():
-        pytest.skip("PostgreSQL is not reachable")
-    url = create_postgres_database()
-    yield url
-    drop_postgres_database(url)
 
 
 def connections(url: str) -> int:
@@ -32,10 +22,10 @@ def connections(url: str) -> int:
         return int(row[0])
 
 
-def test_notifications_reach_other_processes_through_postgres(database: str) -> None:
+def test_notifications_reach_other_processes_through_postgres(postgres_database: str) -> None:
     async def scenario() -> dict[str, object]:
-        one = Notifier(None, postgres_dsn(database))
-        other = Notifier(None, postgres_dsn(database))
+        one = Notifier(None, postgres_dsn(postgres_database))
+        other = Notifier(None, postgres_dsn(postgres_database))
         await one.start()
         await other.start()
         seen: dict[str, list[str]] = {"one": [], "other": []}
@@ -58,7 +48,7 @@ def test_notifications_reach_other_processes_through_postgres(database: str) -> 
         one.notify("step:7", "step:9")
         await asyncio.sleep(0.5)
         results = {"woken": len(done), "pending": len(pending), "woken_s": woken_s,
-                   "unanswered": other.unanswered_pool_wakeups, "seen": seen, "open": connections(database)}
+                   "unanswered": other.unanswered_pool_wakeups, "seen": seen, "open": connections(postgres_database)}
         for task in pending:
             task.cancel()
         await one.stop()
@@ -72,7 +62,7 @@ def test_notifications_reach_other_processes_through_postgres(database: str) -> 
     # the sender hears its own channels once (delivered at once, its Postgres echo skipped)
     assert results["seen"] == {"one": ["step:7", "step:9"], "other": ["step:7", "step:9"]}
     assert results["open"] == 3  # a listener each, and the publisher of the one that sent (made on first use)
-    assert connections(database) == 0  # stopping closed them
+    assert connections(postgres_database) == 0  # stopping closed them
 
 
 def test_redis_takes_precedence_and_other_databases_have_no_postgres_channel() -> None:

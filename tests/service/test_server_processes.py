@@ -8,20 +8,13 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
 from conftest import study_doc
-from helpers import (
-    cpu_seconds,
-    create_postgres_database,
-    drop_postgres_database,
-    postgres_available,
-    run_cli,
-    start_service,
-    wait_for,
-)
+from helpers import LiveService, cpu_seconds, run_cli, start_service, wait_for
 
 TRIALS = 80
 pytestmark = pytest.mark.postgres
@@ -33,30 +26,28 @@ def server_processes(pid: int) -> list[int]:
     return [c for c in found if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
-@pytest.fixture
-def database():
-    if not postgres_available():
-        pytest.skip("PostgreSQL is not reachable")
-    url = create_postgres_database()
-    yield url
-    drop_postgres_database(url)
+def start_study(service: LiveService) -> tuple[Any, int]:
+    """An NSGA-II study of TRIALS trials with four fake workers on it: (admin client, its id)."""
+    doc = study_doc(budget={"max_trials": TRIALS}, parallelism=8,
+                    sampler={"name": "nsga2", "seed": 4, "options": {"population_size": 10}})
+    admin = service.client()
+    study_id = admin.post("/v1/studies", json=doc).json()["id"]
+    token = service.make_worker_token()
+    for _ in range(4):
+        service.start_fake_worker(token, "--delay", "0.02")
+    return admin, int(study_id)
 
 
-def test_two_processes_on_one_port_finish_a_study(database: str, tmp_path: Path) -> None:
-    service = start_service(database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2"}, ("--processes", "2"))
+def test_two_processes_on_one_port_finish_a_study(postgres_database: str, tmp_path: Path) -> None:
+    service = start_service(postgres_database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2"},
+                            ("--processes", "2"))
     try:
         processes = wait_for(lambda: len(found := server_processes(service.process.pid)) == 2 and found, 30,
                              "two server processes")
         # each process has its own pool, together within the default one's 30 steady connections
         environ = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in processes]
         assert all(b"PARETUNE_DB_POOL_SIZE=15" in e and b"PARETUNE_MIGRATE_ON_START=false" in e for e in environ)
-        token = service.make_worker_token()
-        doc = study_doc(budget={"max_trials": TRIALS}, parallelism=8,
-                        sampler={"name": "nsga2", "seed": 4, "options": {"population_size": 10}})
-        admin = service.client()
-        study_id = admin.post("/v1/studies", json=doc).json()["id"]
-        for _ in range(4):
-            service.start_fake_worker(token, "--delay", "0.02")
+        admin, study_id = start_study(service)
         wait_for(lambda: (s := admin.get(f"/v1/studies/{study_id}").json())["state"] == "completed"
                  and s["progress"]["in_flight"] == 0, 120, service.log_path)
         # both processes take connections: requests on fresh connections, each accepted by
@@ -65,7 +56,7 @@ def test_two_processes_on_one_port_finish_a_study(database: str, tmp_path: Path)
         for _ in range(150):
             httpx.get(f"{service.url}/v1/studies/{study_id}/trials", headers=admin.headers, timeout=30)
         busy_after = [cpu_seconds(pid) for pid in processes]
-        with psycopg.connect(database) as conn:
+        with psycopg.connect(postgres_database) as conn:
             rows = conn.execute("SELECT state, told FROM trials WHERE study_id = %s", (study_id,)).fetchall()
     finally:
         service.stop()
@@ -82,10 +73,10 @@ def test_several_processes_need_postgres(tmp_path: Path) -> None:
     assert "--processes above 1 needs Postgres (PARETUNE_DATABASE_URL)" in result.stderr + result.stdout
 
 
-def test_a_database_that_takes_no_connection_answers_503(database: str, tmp_path: Path) -> None:
-    service = start_service(database, tmp_path)
-    name = database.rsplit("/", 1)[1]
-    admin_url = database.rsplit("/", 1)[0] + "/postgres"
+def test_a_database_that_takes_no_connection_answers_503(postgres_database: str, tmp_path: Path) -> None:
+    service = start_service(postgres_database, tmp_path)
+    name = postgres_database.rsplit("/", 1)[1]
+    admin_url = postgres_database.rsplit("/", 1)[0] + "/postgres"
     try:
         client = service.client()
         assert client.get("/v1/studies").status_code == 200
@@ -117,22 +108,16 @@ def scheduler_process(pid: int) -> int | None:
     return None
 
 
-def test_a_scheduler_process_steps_the_studies_and_is_started_again_when_killed(database: str,
+def test_a_scheduler_process_steps_the_studies_and_is_started_again_when_killed(postgres_database: str,
                                                                                   tmp_path: Path) -> None:
     """`serve --processes 2 --scheduler-process`: the server processes step nothing (their
     wake-ups go to the scheduler process over Postgres's LISTEN/NOTIFY); killed mid-study, the
     scheduler process is started again and the study finishes with every trial once."""
-    service = start_service(database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2"},
+    service = start_service(postgres_database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2"},
                             ("--processes", "2", "--scheduler-process"))
     try:
         first = wait_for(lambda: scheduler_process(service.process.pid), 30, "a scheduler process")
-        token = service.make_worker_token()
-        doc = study_doc(budget={"max_trials": TRIALS}, parallelism=8,
-                        sampler={"name": "nsga2", "seed": 4, "options": {"population_size": 10}})
-        admin = service.client()
-        study_id = admin.post("/v1/studies", json=doc).json()["id"]
-        for _ in range(4):
-            service.start_fake_worker(token, "--delay", "0.02")
+        admin, study_id = start_study(service)
         wait_for(lambda: admin.get(f"/v1/studies/{study_id}").json()["progress"]["completed"] >= TRIALS // 4, 60,
                  service.log_path)
         os.kill(first, signal.SIGKILL)
@@ -141,7 +126,7 @@ def test_a_scheduler_process_steps_the_studies_and_is_started_again_when_killed(
         wait_for(lambda: (s := admin.get(f"/v1/studies/{study_id}").json())["state"] == "completed"
                  and s["progress"]["in_flight"] == 0, 120, service.log_path)
         steps = [httpx.get(f"{service.url}/metrics", timeout=30).text for _ in range(20)]
-        with psycopg.connect(database) as conn:
+        with psycopg.connect(postgres_database) as conn:
             rows = conn.execute("SELECT number, state, told FROM trials WHERE study_id = %s", (study_id,)).fetchall()
     finally:
         service.stop()
