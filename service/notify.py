@@ -147,12 +147,17 @@ class Notifier:
         if channel.startswith("pool:") and (woken == 0 if count is None else woken < count):
             self.unanswered_pool_wakeups += 1
 
-    async def _publish(self) -> None:
+    async def _batch(self) -> list[tuple[str, int | None]]:
+        """The channels waiting to be published: at least one, and every other one there."""
         assert self._outbox is not None
+        messages = [await self._outbox.get()]
+        while not self._outbox.empty():
+            messages.append(self._outbox.get_nowait())
+        return messages
+
+    async def _publish(self) -> None:
         while True:
-            messages = [await self._outbox.get()]
-            while not self._outbox.empty():
-                messages.append(self._outbox.get_nowait())
+            messages = await self._batch()
             try:
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for channel, count in messages:
@@ -172,71 +177,75 @@ class Notifier:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
                     if message and message.get("type") == "pmessage":
                         data = message["data"].decode() if isinstance(message["data"], bytes) else ""
-                        self._fire(message["channel"].decode()[len(PREFIX):], int(data) if data.isdigit() else None)
+                        self._fire(message["channel"].decode()[len(PREFIX):], _count(data))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self._warn(f"redis subscription lost ({exc!r}); retrying in 1 s")
                 await asyncio.sleep(1)
 
-    async def _publish_pg(self) -> None:
-        """Other processes' wake-ups through Postgres: one statement per batch, on a
-        connection of its own (autocommit: a notification is sent at once)."""
-        import psycopg
-
-        assert self._outbox is not None and self.postgres_dsn is not None
-        dsn = self.postgres_dsn
-        connection: Any = None
-        while True:
-            messages = [await self._outbox.get()]
-            while not self._outbox.empty():
-                messages.append(self._outbox.get_nowait())
-            payloads = [f"{self._origin}|{'' if count is None else count}|{channel}" for channel, count in messages]
-            try:
-                if connection is None or connection.closed:
-                    connection = await asyncio.wait_for(
-                        psycopg.AsyncConnection.connect(dsn, autocommit=True), REDIS_TIMEOUT_S * 4)
-                await asyncio.wait_for(connection.execute(
-                    "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (PG_CHANNEL, payloads)), REDIS_TIMEOUT_S)
-            except asyncio.CancelledError:
-                if connection is not None:
-                    await connection.close()
-                raise
-            except Exception as exc:  # other replicas fall back to polling meanwhile
-                self._warn(f"postgres notify failed ({exc!r}); wake-ups go by polling meanwhile")
-                if connection is not None:
-                    with contextlib.suppress(Exception):
-                        await connection.close()
-                connection = None
-
-    async def _listen_pg(self) -> None:
+    async def _pg_connect(self) -> Any:
+        """A Postgres connection of this notifier's own (autocommit: a notification is sent at once)."""
         import psycopg
 
         assert self.postgres_dsn is not None
-        dsn = self.postgres_dsn
+        return await asyncio.wait_for(psycopg.AsyncConnection.connect(self.postgres_dsn, autocommit=True),
+                                      REDIS_TIMEOUT_S * 4)
+
+    async def _publish_pg(self) -> None:
+        """Other processes' wake-ups through Postgres: one statement per batch."""
+        connection: Any = None
+        try:
+            while True:
+                messages = await self._batch()
+                payloads = [f"{self._origin}|{'' if count is None else count}|{channel}"
+                            for channel, count in messages]
+                try:
+                    if connection is None or connection.closed:
+                        connection = await self._pg_connect()
+                    await asyncio.wait_for(connection.execute(
+                        "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (PG_CHANNEL, payloads)),
+                        REDIS_TIMEOUT_S)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # other replicas fall back to polling meanwhile
+                    self._warn(f"postgres notify failed ({exc!r}); wake-ups go by polling meanwhile")
+                    await _close_quietly(connection)
+                    connection = None
+        finally:
+            await _close_quietly(connection)
+
+    async def _listen_pg(self) -> None:
         while True:
             connection: Any = None
             try:
-                connection = await asyncio.wait_for(
-                    psycopg.AsyncConnection.connect(dsn, autocommit=True), REDIS_TIMEOUT_S * 4)
+                connection = await self._pg_connect()
                 await connection.execute(f"LISTEN {PG_CHANNEL}")
                 async for note in connection.notifies():
                     origin, count, channel = note.payload.split("|", 2)
                     if origin != self._origin:
-                        self._fire(channel, int(count) if count.isdigit() else None)
+                        self._fire(channel, _count(count))
             except asyncio.CancelledError:
-                if connection is not None:
-                    await connection.close()
                 raise
             except Exception as exc:
                 self._warn(f"postgres notification connection lost ({exc!r}); retrying in 1 s")
-                if connection is not None:
-                    with contextlib.suppress(Exception):
-                        await connection.close()
-                await asyncio.sleep(1)
+            finally:
+                await _close_quietly(connection)
+            await asyncio.sleep(1)
 
     def _warn(self, message: str) -> None:
         now = time.monotonic()
         if now - self._last_warning > WARN_EVERY_S:
             self._last_warning = now
             log.warning(message)
+
+
+def _count(text: str) -> int | None:
+    """A notification's count of trials: none (every waiter) when it names none."""
+    return int(text) if text.isdigit() else None
+
+
+async def _close_quietly(connection: Any) -> None:
+    if connection is not None:
+        with contextlib.suppress(Exception):
+            await connection.close()

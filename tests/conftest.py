@@ -28,17 +28,28 @@ def postgres_url() -> Iterator[str]:
     drop_postgres_database(url)
 
 
+def _fresh_postgres_database() -> Iterator[str]:
+    """A Postgres database of its own, dropped afterwards (skipped without Postgres)."""
+    if not postgres_available():
+        pytest.skip("PostgreSQL is not reachable")
+    url = create_postgres_database()
+    yield url
+    drop_postgres_database(url)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """Each test using it runs on SQLite and on its own fresh Postgres database."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'paretune.db'}"
         return
-    if not postgres_available():
-        pytest.skip("PostgreSQL is not reachable")
-    url = create_postgres_database()
-    yield url
-    drop_postgres_database(url)
+    yield from _fresh_postgres_database()
+
+
+@pytest.fixture
+def postgres_database() -> Iterator[str]:
+    """A fresh Postgres database of its own for one test."""
+    yield from _fresh_postgres_database()
 
 
 @pytest.fixture

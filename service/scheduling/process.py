@@ -26,9 +26,8 @@ log = logging.getLogger("paretune.scheduling")
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Step studies until `stop` is set (SIGTERM or SIGINT when not given)."""
-    if settings.is_sqlite:
-        raise ValueError("a scheduler process needs Postgres (PARETUNE_DATABASE_URL): SQLite has one writer")
+    """Step studies until `stop` is set (SIGTERM or SIGINT when not given). Postgres only
+    (`paretune scheduler` refuses SQLite)."""
     stop = stop or _stop_on_signals()
     db = Database(settings.database_url, min(settings.db_pool_size, 8))
     await asyncio.get_running_loop().run_in_executor(None, prepare_schema, db.engine, settings.migrate_on_start)

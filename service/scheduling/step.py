@@ -77,13 +77,14 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         report.accounted = len(untold)
         report.more = len(untold) == TELLS_PER_STEP
     deadline = report.locked_at + ASK_UNTIL_S
-    report.queued, room, refused, queued = _settle_and_refill(session, study, mirror, deadline, seqs)
+    asked, room = _settle_and_refill(session, study, mirror, deadline, seqs)
+    report.queued = asked.queued
     report.more = report.more or report.queued < room  # the next step asks for the rest
-    report.changed = bool(report.accounted or report.queued or refused)
+    report.changed = bool(report.accounted or report.queued or asked.refused)
     if report.changed:
         lifecycle.touch(session, study, next(seqs, None))
     session.flush()  # the new trials and the study's row, one round trip each
-    for trial, optuna_id in queued:
+    for trial, optuna_id in asked.trials:
         mirror.adopt(trial, optuna_id)
     return report
 
@@ -155,14 +156,13 @@ def _infeasible_in_a_row(session: Session, study_id: int, budget: dict[str, Any]
 
 
 def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline: float,
-                       seqs: Iterator[int]) -> tuple[int, int, int, list[tuple[Trial, int]]]:
-    """(trials queued now, trials the study has room for, proposals refused as infeasible,
-    the queued trials with their sampler ids, for the mirror once they have theirs)."""
+                       seqs: Iterator[int]) -> tuple[Asked, int]:
+    """(what this step asked and queued, trials the study has room for)."""
     counts = counts_of(session, study)
     settlement = schedule.settle(counts, study.finish_reason)
     if settlement is not None:
         lifecycle.apply_settlement(session, study, settlement)
-        return 0, 0, 0, []
+        return Asked(), 0
     room = schedule.asks_wanted(counts, study.max_trials)
     asked = _ask(session, study, mirror, min(room, ASKS_PER_STEP), counts, deadline, seqs)
     if asked.refused or asked.budget_left == 0:
@@ -170,10 +170,10 @@ def _settle_and_refill(session: Session, study: Study, mirror: Mirror, deadline:
         settlement = schedule.settle(counts_of(session, study), study.finish_reason)
         if settlement is not None:
             lifecycle.apply_settlement(session, study, settlement)
-            return asked.queued, asked.queued, asked.refused, asked.trials
+            return asked, asked.queued
         if asked.budget_left == 0:
             room = asked.queued
-    return asked.queued, room, asked.refused, asked.trials
+    return asked, room
 
 
 @dataclass

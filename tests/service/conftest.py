@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from helpers import create_postgres_database, drop_postgres_database, postgres_available
 
 from service.accounts import tokens as auth
 from service.app import create_app
@@ -141,13 +140,3 @@ def fast_expiry_api(database_url: str) -> Iterator[Api]:
 @pytest.fixture
 def two_second_lease_api(database_url: str) -> Iterator[Api]:
     yield from make_api(database_url, lease_s=2.0, reaper_interval_s=0.2)
-
-
-@pytest.fixture
-def postgres_database() -> Iterator[str]:
-    """A fresh Postgres database of its own for one test (skipped without Postgres)."""
-    if not postgres_available():
-        pytest.skip("PostgreSQL is not reachable")
-    url = create_postgres_database()
-    yield url
-    drop_postgres_database(url)
