@@ -8,6 +8,7 @@ small document can describe billions of them.
 from __future__ import annotations
 
 import bisect
+import copy
 import inspect
 import math
 import re
@@ -16,6 +17,7 @@ from typing import Any
 
 import optuna
 from optuna import Study
+from optuna.distributions import BaseDistribution
 from optuna.samplers._ga._base import BaseGASampler
 from optuna.trial import FrozenTrial, TrialState
 
@@ -26,18 +28,22 @@ def _indexed(base: type[BaseGASampler]) -> type[BaseGASampler]:
     """`base`, answering its generation questions from an index instead of a scan.
 
     Optuna's genetic samplers find a new trial's generation and its parents by scanning every
-    trial of the study on each ask, 9 ms per ask at 10,000 trials. The mirror shows the
-    sampler every trial that completes (Optuna's after_trial on a tell, `observe_completed`
-    for a trial added complete), so an index of completed trials by generation gives the
-    same answers, in the same order, at a cost that does not grow with the study."""
+    trial of the study on each ask, 9 ms per ask at 10,000 trials, and their search space by
+    scanning back to the oldest trial still running, 3 ms per ask with 400 trials in flight.
+    The mirror shows the sampler every trial that completes (Optuna's after_trial on a tell,
+    `observe_completed` for a trial added complete), so an index of completed trials by
+    generation and a search space narrowed at each completion give the same answers, in the
+    same order, at a cost that grows with neither."""
 
     class Indexed(base):  # type: ignore[valid-type,misc]
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self._completed: dict[int, list[int]] = defaultdict(list)  # generation -> trial ids, ascending
             self._parents: dict[int, list[FrozenTrial]] = {}
+            self._search_space = CompletedIntersection()  # what the base class's infer_relative_search_space reads
 
         def observe_completed(self, trial: FrozenTrial) -> None:
+            self._search_space.add(trial.distributions)
             generation = trial.system_attrs.get(self._get_generation_key())
             if generation is not None:
                 bisect.insort(self._completed[generation], trial._trial_id)
@@ -78,6 +84,24 @@ def _indexed(base: type[BaseGASampler]) -> type[BaseGASampler]:
     Indexed.__name__ = Indexed.__qualname__ = base.__name__
     Indexed.__signature__ = inspect.signature(base)  # type: ignore[attr-defined]  # the options it takes
     return Indexed
+
+
+class CompletedIntersection:
+    """Optuna's IntersectionSearchSpace (the parameters whose distribution is the same in every
+    completed trial, sorted by name), narrowed as each trial completes instead of found by
+    scanning the trials."""
+
+    def __init__(self) -> None:
+        self._space: dict[str, BaseDistribution] | None = None
+
+    def add(self, distributions: dict[str, BaseDistribution]) -> None:
+        if self._space is None:
+            self._space = dict(sorted(distributions.items()))
+        else:
+            self._space = {name: d for name, d in self._space.items() if distributions.get(name) == d}
+
+    def calculate(self, study: Study, use_cache: bool = False) -> dict[str, BaseDistribution]:
+        return copy.deepcopy(self._space or {})
 
 
 SAMPLER_CLASSES: dict[str, type[optuna.samplers.BaseSampler]] = {

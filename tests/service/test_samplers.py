@@ -15,6 +15,9 @@ from service.domain.study_doc import DocumentError
 from service.scheduling import samplers
 
 SPACE = {"x": FloatDistribution(0, 1), "y": IntDistribution(1, 10)}
+# some trials asked with one more parameter and one narrower: the search space the sampler
+# infers is what every completed trial has in common
+WIDER = {"x": FloatDistribution(0, 1), "y": IntDistribution(1, 5), "z": IntDistribution(0, 3)}
 
 
 def zdt(params: dict) -> list[float]:
@@ -22,15 +25,18 @@ def zdt(params: dict) -> list[float]:
     return [params["x"], g * (1 - math.sqrt(params["x"] / g))]
 
 
-def drive(sampler: optuna.samplers.BaseSampler, trials: int, in_flight: int, seed: int) -> list[dict]:
+def drive(sampler: optuna.samplers.BaseSampler, trials: int, in_flight: int, seed: int,
+          wider_from: int | None = None) -> list[dict]:
     """Ask and tell like a study with `in_flight` trials out at once, finishing in a random
-    order, with some failures and some repeats told as failed."""
+    order, with some failures and some repeats told as failed; from trial `wider_from` on,
+    one in five is asked in WIDER."""
     study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
     rng = random.Random(seed)
     running, asked = [], []
     while len(asked) < trials or running:
         while len(running) < in_flight and len(asked) < trials:
-            trial = study.ask(SPACE)
+            wider = wider_from is not None and len(asked) >= wider_from and rng.random() < 0.2
+            trial = study.ask(WIDER if wider else SPACE)
             running.append(trial)
             asked.append(dict(trial.params))
         trial = running.pop(rng.randrange(len(running)))
@@ -42,12 +48,17 @@ def drive(sampler: optuna.samplers.BaseSampler, trials: int, in_flight: int, see
 
 
 @pytest.mark.parametrize("name", ["nsga2", "nsga3"])
-def test_indexed_genetic_samplers_propose_what_optunas_own_propose(name: str) -> None:
+@pytest.mark.parametrize(("in_flight", "wider_from"), [(7, None), (60, None), (7, 150)])
+def test_indexed_genetic_samplers_propose_what_optunas_own_propose(name: str, in_flight: int,
+                                                                   wider_from: int | None) -> None:
     own = {"nsga2": optuna.samplers.NSGAIISampler, "nsga3": optuna.samplers.NSGAIIISampler}[name]
     options = {"population_size": 10, "seed": 5}
-    expected = drive(own(**options), 400, in_flight=7, seed=1)
-    got = drive(samplers.build(name, 5, {"population_size": 10}), 400, in_flight=7, seed=1)
+    expected = drive(own(**options), 400, in_flight=in_flight, seed=1, wider_from=wider_from)
+    got = drive(samplers.build(name, 5, {"population_size": 10}), 400, in_flight=in_flight, seed=1,
+                wider_from=wider_from)
     assert got == expected
+    if wider_from is not None:  # WIDER narrowed y: the space the sampler infers lost it
+        assert any("z" in params for params in got)
 
 
 def test_indexed_ask_does_not_grow_with_the_study() -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Api, study_doc
+from conftest import Api, make_api, study_doc
 from fake_worker import objective, result_for
 from optuna._hypervolume import compute_hypervolume
+
+from service.scheduling import step
 
 
 def brute_force_front(points: dict[int, tuple[float, ...]]) -> set[int]:
@@ -163,6 +166,35 @@ def test_a_result_hands_out_the_next_lease_when_asked(api: Api) -> None:
     assert all(t["state"] == "completed" for t in trials)
     progress = api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()["progress"]
     assert progress["completed"] == 6 and progress["in_flight"] == 0
+
+
+@pytest.fixture
+def stepped_here(database_url: str) -> Iterator[Api]:
+    """The steps run only when a test runs them: the app leaves them to a scheduler process,
+    and none is started."""
+    yield from make_api(database_url, scheduler_process=True)
+
+
+def test_a_step_replaces_every_trial_it_accounts_for_however_long_it_takes(
+        stepped_here: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step that has no time left to ask more (a loaded machine) still queues as many
+    trials as it accounted for, so the queue keeps its level; asking beyond that is what its
+    time allows."""
+    api = stepped_here
+    monkeypatch.setattr(step, "ASK_MORE_S", 0.0)
+    scheduler = api.client.app.state.paretune.scheduler  # type: ignore[attr-defined]
+    study = api.create_study(budget={"max_trials": 100}, parallelism=12)  # a trial a step
+    assert api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()["progress"]["in_flight"] == 12
+    worker = api.worker()
+    for _ in range(9):
+        held = api.lease(worker)
+        assert held is not None
+        assert api.post_result(worker, held["token"], result_for(held["trial"])).status_code == 200
+    report = scheduler.step_now(study["id"], wait=True)
+    assert (report.accounted, report.queued) == (9, 9)
+    progress = api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()["progress"]
+    assert (progress["completed"], progress["in_flight"]) == (9, 12)
+    assert scheduler.step_now(study["id"], wait=True).queued == 0  # no room left
 
 
 def test_expired_lease_is_requeued_then_failed_after_max_attempts(fast_expiry_api: Api) -> None:
