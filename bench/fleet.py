@@ -10,6 +10,11 @@ Scenarios (NSGA-II, parallelism twice the workers, capped at the study limit):
            9,000-10,000 over that of trials 0-1,000)
   studies  200 workers, 20 concurrent studies of 500 trials
   wide     1,000 workers, one study
+  paced    200 workers whose trials take --trial-s each (2 s: at most 100 trials/s offered),
+           one study: the latency a fleet sees when the control plane is not the bottleneck.
+           With workers that answer at once, each always has a request in flight, so a
+           lease and a result together take workers / trials_per_s on average (Little's
+           law: 1 s at 200 workers and 200 trials/s), whatever the server's own time
   rdb      Optuna RDBStorage ask/tell on the same Postgres: threads ask and tell at once
 
 The simulated workers run in another process (bench/fleet_clients.py) so that their CPU
@@ -62,6 +67,18 @@ def server_cpu_seconds(pid: int) -> float:
     return total
 
 
+def python_loop_s() -> float:
+    """Seconds for a fixed pure-Python loop (best of three): these 2-core machines differ
+    severalfold in speed from one run to another, and the control plane is Python."""
+    def once() -> float:
+        started, total = time.perf_counter(), 0
+        for i in range(10_000_000):
+            total += i
+        return time.perf_counter() - started
+
+    return round(min(once() for _ in range(3)), 2)
+
+
 def machine() -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor())
@@ -70,7 +87,7 @@ def machine() -> str:
 
 
 def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env: dict[str, str],
-              processes: int = 1, scheduler_process: bool = False) -> dict[str, Any]:
+              processes: int = 1, scheduler_process: bool = False, trial_s: float = 0.0) -> dict[str, Any]:
     db_url = create_postgres_database()
     workdir = Path(tempfile.mkdtemp(prefix="fleet-"))
     service = start_service(db_url, workdir, env, ("--processes", str(processes),
@@ -89,7 +106,7 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
         started = time.monotonic()
         clients = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fleet_clients.py"), service.url,
                                     str(token_file), "--workers", str(workers), "--until", str(total),
-                                    "--seconds", "900", "--out", str(out)])
+                                    "--seconds", "900", "--trial-s", str(trial_s), "--out", str(out)])
         try:
             if clients.wait() != 0:
                 raise RuntimeError(f"the simulated workers exited with status {clients.returncode}")
@@ -105,7 +122,7 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
         service.stop()
         drop_postgres_database(db_url)
     row = _summary(name, workers, studies, trials_per_study, data, wall, server_cpu, finished, processes)
-    return row | {"scheduler_process": scheduler_process}
+    return row | {"scheduler_process": scheduler_process, "trial_s": trial_s}
 
 
 def _finished(admin: Any, studies: int) -> int:
@@ -184,7 +201,7 @@ def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
             "trials_per_s": round(count[0] / elapsed, 1)}
 
 
-COLUMNS = ["scenario", "server_processes", "scheduler_process", "workers", "studies", "completed", "errors",
+COLUMNS = ["scenario", "server_processes", "scheduler_process", "workers", "trial_s", "studies", "completed", "errors",
            "trials_per_s", "lease_p50_ms", "lease_p99_ms", "result_p50_ms", "result_p99_ms", "late_over_early",
            "server_cores", "wall_s", "vs_rdb"]
 
@@ -207,9 +224,11 @@ def write_markdown(summary: dict[str, Any]) -> None:
     reading = path.read_text().split(marker, 1)[1] if path.exists() and marker in path.read_text() else "\n"
     path.write_text(
         "# Fleet benchmark: simulated workers over real HTTP against one control plane on Postgres\n\n"
-        f"- date: {summary['date']}\n- machine: {summary['machine']}\n- command: `{summary['command']}`\n"
+        f"- date: {summary['date']}\n- machine: {summary['machine']}; a 10,000,000-step Python loop takes "
+        f"{summary['python_loop_s']} s (the speed of this host)\n- command: `{summary['command']}`\n"
         "- method: bench/fleet.py's docstring; the simulated workers answer at once (bench/fleet_clients.py, "
-        "another process) and take their next lease with each result when one is queued; lease times are those of "
+        "another process; in `paced`, after trial_s) and take their next lease with each result when one is "
+        "queued; lease times are those of "
         "the long-polls (the wait for a queued trial included), result times include a lease handed out with it.\n"
         f"- Optuna RDBStorage on the same database, same run: {summary['rows'][-1].get('optuna_rdb_trials_per_s')} "
         "trials/s\n\n" + table(summary["rows"]) + "\n\n" + marker + reading)
@@ -227,10 +246,12 @@ def _stop_on_sigterm() -> None:
 def main() -> None:
     _stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", default="single,studies,wide,rdb")
+    parser.add_argument("--scenarios", default="single,studies,wide,paced,rdb")
     parser.add_argument("--workers", type=int, default=200)
     parser.add_argument("--trials", type=int, default=10_000, help="trials of the single-study scenario")
     parser.add_argument("--wide-workers", type=int, default=1000)
+    parser.add_argument("--trial-s", type=float, default=2.0, help="how long each trial of the paced scenario takes")
+    parser.add_argument("--paced-trials", type=int, default=4000)
     parser.add_argument("--rdb-workers", default="8,32", help="thread counts tried for RDBStorage (best kept)")
     parser.add_argument("--rdb-seconds", type=float, default=60.0)
     parser.add_argument("--server-processes", type=int, default=1, help="paretune serve --processes")
@@ -238,6 +259,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     env = {"PARETUNE_LEASE_S": "60", "PARETUNE_POLL_INTERVAL_S": "0.5"}
+    loop_s = python_loop_s()
     rows: list[dict[str, Any]] = []
     serving = (args.server_processes, args.scheduler_process)
     for scenario in args.scenarios.split(","):
@@ -247,6 +269,8 @@ def main() -> None:
             rows.append(run_fleet("studies", args.workers, 20, 500, env, *serving))
         elif scenario == "wide":
             rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env, *serving))
+        elif scenario == "paced":
+            rows.append(run_fleet("paced", args.workers, 1, args.paced_trials, env, *serving, args.trial_s))
         elif scenario == "rdb":
             tries = [run_rdb(int(w), args.trials, args.rdb_seconds) for w in args.rdb_workers.split(",")]
             rows.append(max(tries, key=lambda r: r["trials_per_s"]) | {"tried": tries})
@@ -256,7 +280,7 @@ def main() -> None:
         row["optuna_rdb_trials_per_s"] = rdb
         if rdb and row["scenario"] != "rdb":
             row["vs_rdb"] = round(row["trials_per_s"] / rdb, 1)
-    summary = {"date": date.today().isoformat(), "machine": machine(),
+    summary = {"date": date.today().isoformat(), "machine": machine(), "python_loop_s": loop_s,
                "command": "python " + " ".join(sys.argv), "rows": rows}
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}))
     print_table(rows)

@@ -3,7 +3,8 @@ asyncio process, answering every trial at once with a known two-objective functi
 
     python bench/fleet_clients.py URL TOKEN_FILE --workers 200 --until 10000 --out result.json
 
-Each agent registers, then leases (long-poll) and posts a result until the service has
+Each agent registers, then leases (long-poll) and posts a result (at once, or after
+`--trial-s`, as if a GPU measured meanwhile) until the service has
 received `--until` results from this process (or `--seconds` pass); each result asks for the
 next lease, as the agent without prefetch does (`--no-next-lease`: every trial by long-poll). Every lease and result
 latency is recorded with its completion time, so the caller can compute throughput over
@@ -35,8 +36,8 @@ def objective(config: dict[str, Any]) -> dict[str, float]:
 
 class Fleet:
     def __init__(self, url: str, token: str, workers: int, until: int, seconds: float, wait_s: float,
-                 next_lease: bool = True) -> None:
-        self.url, self.token, self.next_lease = url, token, next_lease
+                 next_lease: bool = True, trial_s: float = 0.0) -> None:
+        self.url, self.token, self.next_lease, self.trial_s = url, token, next_lease, trial_s
         self.workers, self.until, self.seconds, self.wait_s = workers, until, seconds, wait_s
         self.lease_ms: list[float] = []
         self.result_ms: list[float] = []
@@ -86,6 +87,9 @@ class Fleet:
             return
         self.lease_ms.append((t1 - t0) * 1e3)
         while held is not None and not self.stop.is_set():
+            if self.trial_s:  # a GPU would measure meanwhile
+                await asyncio.sleep(self.trial_s)
+                t1 = time.monotonic()
             values = objective(held["trial"]["config"])
             result = {"status": "completed", "metrics": {k: {"value": v} for k, v in values.items()},
                       "next_lease": self.next_lease}
@@ -185,11 +189,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--wait-s", type=float, default=5.0)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--trial-s", type=float, default=0.0,
+                        help="each trial takes this long before its result is posted (0: at once)")
     parser.add_argument("--no-next-lease", action="store_true",
                         help="lease every trial by a long-poll instead of with the previous result")
     args = parser.parse_args()
     token = Path(args.token_file).read_text().strip()
-    fleet = Fleet(args.url, token, args.workers, args.until, args.seconds, args.wait_s, not args.no_next_lease)
+    fleet = Fleet(args.url, token, args.workers, args.until, args.seconds, args.wait_s, not args.no_next_lease,
+                  args.trial_s)
     try:
         import uvloop
 

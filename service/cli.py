@@ -162,7 +162,10 @@ class _SchedulerKeeper:
 
 
 @app.command()
-def scheduler(log_level: str = "info") -> None:
+def scheduler(log_level: str = "info",
+              metrics_port: Annotated[int | None, typer.Option(
+                  help="serve this process's Prometheus metrics (paretune_step_seconds) on this port")] = None,
+              ) -> None:
     """Step the studies in this process (Postgres only), for server processes started with
     PARETUNE_SCHEDULER_PROCESS=true; `paretune serve --scheduler-process` runs one for you."""
     import asyncio
@@ -181,7 +184,7 @@ def scheduler(log_level: str = "info") -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(process.run(settings))
+    asyncio.run(process.run(settings, metrics_port=metrics_port))
 
 
 @db_app.command("upgrade")

@@ -163,6 +163,13 @@ def _power_w(metrics: dict[str, Any] | None) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def step_histogram(registry: CollectorRegistry) -> Histogram:
+    return Histogram(
+        "paretune_step_seconds", "Time one scheduling step holds its study's lock (tell, front, ask)",
+        registry=registry, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+    )
+
+
 class Metrics:
     def __init__(self, db: Database) -> None:
         self.registry = CollectorRegistry()
@@ -175,10 +182,7 @@ class Metrics:
             "paretune_result_seconds", "Time to record one result (one trial row)",
             registry=self.registry, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )
-        self.step_seconds = Histogram(
-            "paretune_step_seconds", "Time one scheduling step holds its study's lock (tell, front, ask)",
-            registry=self.registry, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-        )
+        self.step_seconds = step_histogram(self.registry)
         self.write_lock_seconds = Histogram(
             "paretune_write_lock_seconds", "Time a transaction holds SQLite's single write lock (embedded only)",
             registry=self.registry, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),

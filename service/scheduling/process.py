@@ -5,6 +5,8 @@ send their wake-ups (`step:<id>`) through the notifier, over Postgres's LISTEN/N
 Redis, and this process steps the studies and sends back `pool:` and `study:` wake-ups.
 Its timer finds work whose wake-up was lost, and each step's study lock lets several
 scheduler processes (or replicas that step their own studies) share the studies safely.
+With a metrics port it serves its own `paretune_step_seconds` there (Prometheus text format,
+any path), which server processes that step nothing do not have.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import gc
 import logging
 import signal
 
+from prometheus_client import CollectorRegistry, start_http_server
+
 from service.config import Settings
+from service.metrics import step_histogram
 from service.notify import Notifier, postgres_dsn
 from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
@@ -25,15 +30,18 @@ from service.store.migrate import prepare_schema
 log = logging.getLogger("paretune.scheduling")
 
 
-async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
+async def run(settings: Settings, stop: asyncio.Event | None = None, metrics_port: int | None = None) -> None:
     """Step studies until `stop` is set (SIGTERM or SIGINT when not given). Postgres only
     (`paretune scheduler` refuses SQLite)."""
     stop = stop or _stop_on_signals()
+    registry = CollectorRegistry()
+    step_seconds = step_histogram(registry)
+    exporter = start_http_server(metrics_port, registry=registry)[0] if metrics_port is not None else None
     db = Database(settings.database_url, min(settings.db_pool_size, 8))
     await asyncio.get_running_loop().run_in_executor(None, prepare_schema, db.engine, settings.migrate_on_start)
     notifier = Notifier(settings.redis_url, postgres_dsn(settings.database_url))
     await notifier.start()
-    scheduler = Scheduler(db, MirrorCache(), notifier, settings)
+    scheduler = Scheduler(db, MirrorCache(), notifier, settings, observe=step_seconds.observe)
     await scheduler.start()
     scheduler.follow()
     gc.collect()
@@ -45,6 +53,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         await scheduler.stop()
         await notifier.stop()
         db.dispose()
+        if exporter is not None:
+            exporter.shutdown()
 
 
 def _stop_on_signals() -> asyncio.Event:

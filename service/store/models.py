@@ -26,6 +26,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # JSONB on Postgres (indexable, compact), plain JSON text on SQLite.
 Json = JSON().with_variant(JSONB(), "postgresql")
+# The same for a bound parameter whose None means SQL NULL, as a None written in a statement
+# does (a Json parameter would store JSON null).
+JsonParam = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 # SQLite only auto-increments INTEGER PRIMARY KEY, so BigInteger ids fall back to Integer there.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 

@@ -9,6 +9,7 @@ lease's token and are idempotent per token.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 import time
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, Update, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from service.config import Settings
@@ -28,7 +29,7 @@ from service.errors import Conflict
 from service.store.db import is_postgres, lock_study
 from service.store.models import TRIALS, Study, Trial, as_utc, utcnow
 from service.studies.lifecycle import past_wall_time
-from service.trials.transitions import move, move_where
+from service.trials.transitions import move, move_params, move_statement
 from service.trials.workers import WorkerDirectory, WorkerInfo
 from workers import contract as wire
 
@@ -137,26 +138,34 @@ class Leased:
 def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> Leased | None:
     """Lease the oldest queued trial of the worker's pool that the worker can run: one
     statement (the row is picked and locked with SKIP LOCKED on Postgres)."""
+    now = utcnow()
+    params = move_params(session, TrialState.RUNNING, lease_token=secrets.token_urlsafe(32),
+                         lease_expires_at=now + timedelta(seconds=settings.lease_s), worker_id=worker.id,
+                         started_at=now, phase="leased")
+    row = session.execute(_lease_statement(is_postgres(session), worker.energy),
+                          {"w_pool": worker.pool, "w_backends": list(worker.backends), **params}).one_or_none()
+    return Leased(*row) if row is not None else None
+
+
+@functools.cache
+def _lease_statement(postgres: bool, energy: bool) -> Update:
     c = TRIALS.c
     candidate = (
         select(c.id)
-        .where(c.pool == worker.pool, c.state == TrialState.QUEUED.value, c.backend.in_(worker.backends))
+        .where(c.pool == bindparam("w_pool"), c.state == TrialState.QUEUED.value,
+               c.backend.in_(bindparam("w_backends", expanding=True)))
         .order_by(c.id)
         .limit(1)
     )
-    if not worker.energy:
+    if not energy:
         candidate = candidate.where(c.requires_energy.is_(False))
-    if is_postgres(session):
+    if postgres:
         candidate = candidate.with_for_update(skip_locked=True)
-    now = utcnow()
-    stmt = move_where(
-        session, TrialState.QUEUED, TrialState.RUNNING, c.id == candidate.scalar_subquery(),
-        lease_token=secrets.token_urlsafe(32), lease_expires_at=now + timedelta(seconds=settings.lease_s),
-        attempt=c.attempt + 1, worker_id=worker.id, started_at=now, phase="leased",
+    return move_statement(
+        postgres, TrialState.QUEUED, TrialState.RUNNING, c.id == candidate.scalar_subquery(),
+        ("lease_token", "lease_expires_at", "worker_id", "started_at", "phase"), attempt=c.attempt + 1,
     ).returning(c.id, c.study_id, c.number, c.attempt, c.is_baseline, c.config, c.lease_token,
                 c.lease_expires_at, c.stage)
-    row = session.execute(stmt).one_or_none()
-    return Leased(*row) if row is not None else None
 
 
 def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Lease:
@@ -201,16 +210,20 @@ class Held:
 def held_trial(session: Session, token: str, token_id: int, workers: WorkerDirectory) -> tuple[Held, WorkerInfo]:
     """The trial of a lease token and its worker, if that worker runs under API token
     `token_id` (several agents may share one worker token). Locked on Postgres."""
-    c = TRIALS.c
-    stmt = select(c.id, c.study_id, c.state, c.worker_id, c.lease_expires_at, c.stage).where(c.lease_token == token)
-    if is_postgres(session):
-        stmt = stmt.with_for_update()
-    row = session.execute(stmt).one_or_none()
+    row = session.execute(_held_statement(is_postgres(session)), {"w_token": token}).one_or_none()
     worker = workers.get(session, row.worker_id) if row is not None and row.worker_id else None
     if row is None or worker is None or worker.token_id != token_id:
         raise Conflict("unknown lease: it expired and was handed to another worker, or never existed",
                        field="token")
     return Held(row.id, row.study_id, row.state, worker.id, row.lease_expires_at, row.stage), worker
+
+
+@functools.cache
+def _held_statement(postgres: bool) -> Select[Any]:
+    c = TRIALS.c
+    stmt = select(c.id, c.study_id, c.state, c.worker_id, c.lease_expires_at, c.stage).where(
+        c.lease_token == bindparam("w_token"))
+    return stmt.with_for_update() if postgres else stmt
 
 
 def _check_live(trial: Held, message: str) -> None:
@@ -264,8 +277,15 @@ def record_result(session: Session, trial: Held, spec: StudySpec, worker: Worker
         else:
             fields.update(values=outcome.values, constraint_values=outcome.constraint_values,
                           feasible=outcome.feasible)
-    session.execute(move_where(session, TrialState.RUNNING, state, TRIALS.c.id == trial.id, **fields))
+    session.execute(_result_statement(is_postgres(session), state, tuple(sorted(fields))),
+                    {"w_id": trial.id, **move_params(session, state, **fields)})
     return wire.ResultAck(trial_id=trial.id, state=state.value)
+
+
+@functools.lru_cache(maxsize=64)
+def _result_statement(postgres: bool, state: TrialState, columns: tuple[str, ...]) -> Update:
+    """The statement of a result that sets `columns` (each kind of result sets its own)."""
+    return move_statement(postgres, TrialState.RUNNING, state, TRIALS.c.id == bindparam("w_id"), columns)
 
 
 def _recorded(trial: Held) -> bool:

@@ -8,12 +8,12 @@ import itertools
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Update, select, text, update
+from sqlalchemy import JSON, ColumnElement, Update, bindparam, select, text, update
 from sqlalchemy.orm import Session
 
 from service.domain.states import TRIAL_FINISHED, TrialState, check_trial
 from service.store.db import is_postgres, next_seq, next_seqs
-from service.store.models import TRIALS, Trial, utcnow
+from service.store.models import TRIALS, JsonParam, Trial, utcnow
 
 
 def move(session: Session, trial: Trial, new: TrialState, *, seq: int | None = None, **fields: Any) -> None:
@@ -42,20 +42,39 @@ def move_all(session: Session, study_id: int, old: Iterable[TrialState], new: Tr
     return rows
 
 
-def move_where(session: Session, old: TrialState, new: TrialState, *conditions: Any, **values: Any) -> Update:
-    """One statement that changes the one trial matching `conditions` from `old` to `new`
-    (the hot paths: a lease, a result). Add .returning(...) to read the row back.
+def move_statement(postgres: bool, old: TrialState, new: TrialState, where: ColumnElement[bool],
+                   params: Iterable[str], **expressions: Any) -> Update:
+    """One statement that changes the one trial matching `where` from `old` to `new` (the hot
+    paths: a lease, a result), built once and run with `move_params`: each column of `params`
+    takes its value from the parameter `v_<column>`; `expressions` are SQL (attempt + 1).
+    Add .returning(...) to read the row back.
 
-    A Core statement on the table (`conditions` and `.returning` name `TRIALS.c` columns, not
-    the ORM's `Trial` attributes, which would make it an ORM statement again): the hot paths
-    read trials as rows, never as ORM objects, so there is no loaded object to keep in step,
-    and the ORM's per-statement machinery is skipped (a quarter of a lease's server time)."""
+    A Core statement on the table (`where` and `.returning` name `TRIALS.c` columns, not the
+    ORM's `Trial` attributes, which would make it an ORM statement again): the hot paths read
+    trials as rows, never as ORM objects, so there is no loaded object to keep in step, and
+    the ORM's per-statement machinery is skipped (a quarter of a lease's server time). Built
+    once, it is not built, compared and looked up in the compiled cache on every request
+    either (0.8 ms of a lease's CPU on a slow 2-core machine)."""
     check_trial(old, new)
+    names = [*params, *(["finished_at"] if new in TRIAL_FINISHED else [])]
+    values = {name: bindparam(f"v_{name}", type_=_param_type(TRIALS.c[name].type)) for name in names}
+    seq = text("nextval('trial_seq')") if postgres else bindparam("v_seq", type_=TRIALS.c.seq.type)
+    return (update(TRIALS).where(TRIALS.c.state == old.value, where)
+            .values(state=new.value, seq=seq, **values, **expressions))
+
+
+def _param_type(column_type: Any) -> Any:
+    return JsonParam if isinstance(column_type, JSON) else column_type
+
+
+def move_params(session: Session, new: TrialState, **values: Any) -> dict[str, Any]:
+    """The parameters of a move_statement to `new` with these column values."""
+    params = {f"v_{name}": value for name, value in values.items()}
     if new in TRIAL_FINISHED:
-        values.setdefault("finished_at", utcnow())
-    seq = text("nextval('trial_seq')") if is_postgres(session) else next_seq(session)
-    return (update(TRIALS).where(TRIALS.c.state == old.value, *conditions)
-            .values(state=new.value, seq=seq, **values))
+        params.setdefault("v_finished_at", utcnow())
+    if not is_postgres(session):
+        params["v_seq"] = next_seq(session)
+    return params
 
 
 def touch(session: Session, trials: Sequence[Trial], seqs: Iterator[int] | None = None) -> None:

@@ -123,6 +123,47 @@ def test_control_plane(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {p["name"] for p in service["spec"]["ports"]}
 
 
+def test_scheduler(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    """The steps run in paretune-scheduler, not in the API replicas: same image and database,
+    its metrics port scraped through its own Service, reachable by Prometheus only there."""
+    overlay, objects = rendered
+    api = _one(objects, "Deployment", "paretune-api")
+    (api_container,) = _containers(api)
+    assert {e["name"]: e.get("value") for e in api_container["env"]}["PARETUNE_SCHEDULER_PROCESS"] == "true"
+    deployment = _one(objects, "Deployment", "paretune-scheduler")
+    (container,) = _containers(deployment)
+    args = container["args"]
+    assert args[:2] == ["paretune", "scheduler"]
+    assert container["image"] == api_container["image"]
+    env = {e["name"]: e for e in container["env"]}
+    api_env = {e["name"]: e for e in api_container["env"]}
+    assert env["PARETUNE_DATABASE_URL"] == api_env["PARETUNE_DATABASE_URL"]
+    assert env["PARETUNE_REDIS_URL"] == api_env["PARETUNE_REDIS_URL"]  # wake-ups cross to it over Redis
+    assert env["PARETUNE_MIGRATE_ON_START"]["value"] == "false"
+    if overlay == "production":  # a study's lock lets them share the studies: one takes over at once
+        assert deployment["spec"]["replicas"] >= 2
+        assert _one(objects, "PodDisruptionBudget", "paretune-scheduler")["spec"]["minAvailable"] >= 1
+    port = int(args[args.index("--metrics-port") + 1])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["metrics"] == port and container["livenessProbe"]["tcpSocket"]["port"] == "metrics"
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    service = _one(objects, "Service", "paretune-scheduler")
+    assert _matches(service["spec"]["selector"], pod_labels)
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["metrics"]
+    monitor = _one(objects, "ServiceMonitor", "paretune-scheduler")
+    assert _matches(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+    assert not _matches(_one(objects, "ServiceMonitor", "paretune-api")["spec"]["selector"]["matchLabels"],
+                        service["metadata"]["labels"])
+    policy = _one(objects, "NetworkPolicy", "paretune-scheduler")
+    assert _matches(policy["spec"]["podSelector"]["matchLabels"], pod_labels)
+    assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == [port]
+    assert _matches(_one(objects, "PodDisruptionBudget", "paretune-scheduler")["spec"]["selector"]["matchLabels"],
+                    pod_labels)
+    alerts = [r for g in _one(objects, "PrometheusRule", "paretune")["spec"]["groups"] for r in g["rules"]]
+    assert any('job="paretune-scheduler"' in r["expr"] for r in alerts)
+
+
 def test_migration_job(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     _, objects = rendered
     job = _one(objects, "Job", "paretune-migrate")

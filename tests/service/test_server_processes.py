@@ -1,12 +1,15 @@
 """`paretune serve --processes N`: N server processes on one port, each a replica with its
 own scheduler, finish a study together with every trial told once; with `--scheduler-process`
 the steps run in a process of their own, started again if it dies; SQLite is refused; a
-database that takes no connection answers 503 in the error shape, and serving resumes."""
+database that takes no connection answers 503 in the error shape, and serving resumes; a
+scheduler run on its own (as the Kubernetes manifests run it) serves its step metrics."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ import httpx
 import psycopg
 import pytest
 from conftest import study_doc
-from helpers import LiveService, cpu_seconds, run_cli, start_service, wait_for
+from helpers import REPO, LiveService, cpu_seconds, free_port, run_cli, start_service, wait_for
 
 TRIALS = 80
 pytestmark = pytest.mark.postgres
@@ -134,3 +137,30 @@ def test_a_scheduler_process_steps_the_studies_and_is_started_again_when_killed(
     assert all(state == "completed" and told for _, state, told in rows)
     assert all("paretune_step_seconds_count 0.0" in text for text in steps)  # no server process stepped
     assert not Path(f"/proc/{second}").exists()  # stopped with the server
+
+
+def test_a_scheduler_run_on_its_own_steps_the_studies_and_serves_its_metrics(postgres_database: str,
+                                                                              tmp_path: Path) -> None:
+    """The Kubernetes layout: server replicas with PARETUNE_SCHEDULER_PROCESS=true and a
+    `paretune scheduler --metrics-port` of their own; the study finishes, the steps are
+    counted on the scheduler's port, and SIGTERM stops it cleanly."""
+    service = start_service(postgres_database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2",
+                                                          "PARETUNE_SCHEDULER_PROCESS": "true"})
+    port = free_port()
+    scheduler = subprocess.Popen([sys.executable, "-m", "service.cli", "scheduler", "--metrics-port", str(port)],
+                                 env=service.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        admin, study_id = start_study(service)
+        wait_for(lambda: (s := admin.get(f"/v1/studies/{study_id}").json())["state"] == "completed"
+                 and s["progress"]["in_flight"] == 0, 120, service.log_path)
+        served = httpx.get(f"{service.url}/metrics", timeout=30).text
+        exported = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    finally:
+        scheduler.send_signal(signal.SIGTERM)
+        stopped = scheduler.wait(30)
+        service.stop()
+    assert "paretune_step_seconds_count 0.0" in served  # the server process stepped nothing
+    steps = next(float(line.split()[1]) for line in exported.splitlines()
+                 if line.startswith("paretune_step_seconds_count"))
+    assert steps >= TRIALS / 8  # each step queues at most the study's parallelism
+    assert stopped == 0, scheduler.stderr.read() if scheduler.stderr else ""
