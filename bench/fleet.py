@@ -10,8 +10,10 @@ Scenarios (NSGA-II, parallelism twice the workers, capped at the study limit):
            9,000-10,000 over that of trials 0-1,000)
   studies  200 workers, 20 concurrent studies of 500 trials
   wide     1,000 workers, one study
-  paced    200 workers whose trials take --trial-s each (2 s: at most 100 trials/s offered),
-           one study: the latency a fleet sees when the control plane is not the bottleneck.
+  paced    200 workers whose trials take --trial-s each on average (2 s: about 100 trials/s
+           offered; each between half and one and a half times that, and each agent's first
+           long-poll, at the start, not counted), one study: the latency a fleet sees when
+           the control plane is not the bottleneck.
            With workers that answer at once, each always has a request in flight, so a
            lease and a result together take workers / trials_per_s on average (Little's
            law: 1 s at 200 workers and 200 trials/s), whatever the server's own time
@@ -145,16 +147,21 @@ def _summary(name: str, workers: int, studies: int, per_study: int, data: dict[s
         "trials_per_study": per_study,
         "completed": total, "studies_completed": finished, "errors": data["error_count"],
         "trials_per_s": round((total - 1) / span, 1) if total > 1 else 0.0,
-        "lease_p50_ms": round(float(np.percentile(data["lease_ms"], 50)), 2),
-        "lease_p99_ms": round(float(np.percentile(data["lease_ms"], 99)), 2),
-        "result_p50_ms": round(float(np.percentile(data["result_ms"], 50)), 2),
-        "result_p99_ms": round(float(np.percentile(data["result_ms"], 99)), 2),
+        "long_polls": len(data["lease_ms"]),  # the other leases came with a result
+        "lease_p50_ms": _percentile(data["lease_ms"], 50),
+        "lease_p99_ms": _percentile(data["lease_ms"], 99),
+        "result_p50_ms": _percentile(data["result_ms"], 50),
+        "result_p99_ms": _percentile(data["result_ms"], 99),
         "server_cores": round(server_cpu / wall, 2), "wall_s": round(wall, 1),
         "error_examples": data["errors"][:5],
     }
     if total >= 10_000:
         row["late_over_early"] = round((done[9_999] - done[9_000]) / (done[999] - done[0]), 2)
     return row
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 2) if values else None
 
 
 def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
@@ -202,13 +209,13 @@ def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
 
 
 COLUMNS = ["scenario", "server_processes", "scheduler_process", "workers", "trial_s", "studies", "completed", "errors",
-           "trials_per_s", "lease_p50_ms", "lease_p99_ms", "result_p50_ms", "result_p99_ms", "late_over_early",
-           "server_cores", "wall_s", "vs_rdb"]
+           "trials_per_s", "long_polls", "lease_p50_ms", "lease_p99_ms", "result_p50_ms", "result_p99_ms",
+           "late_over_early", "server_cores", "wall_s", "vs_rdb"]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [" | ".join(COLUMNS), " | ".join("---" for _ in COLUMNS)]
-    lines += [" | ".join(str(row.get(c, "")) for c in COLUMNS) for row in rows]
+    lines += [" | ".join("" if row.get(c) is None else str(row[c]) for c in COLUMNS) for row in rows]
     return "\n".join(lines)
 
 
@@ -229,7 +236,8 @@ def write_markdown(summary: dict[str, Any]) -> None:
         "- method: bench/fleet.py's docstring; the simulated workers answer at once (bench/fleet_clients.py, "
         "another process; in `paced`, after trial_s) and take their next lease with each result when one is "
         "queued; lease times are those of "
-        "the long-polls (the wait for a queued trial included), result times include a lease handed out with it.\n"
+        "the long-polls (the wait for a queued trial included; long_polls counts them, the other leases came "
+        "with a result), result times include a lease handed out with it.\n"
         f"- Optuna RDBStorage on the same database, same run: {summary['rows'][-1].get('optuna_rdb_trials_per_s')} "
         "trials/s\n\n" + table(summary["rows"]) + "\n\n" + marker + reading)
 

@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import math
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -69,26 +70,33 @@ class Fleet:
             except Exception as exc:
                 self.errors.append(f"register: {exc!r}")
                 return
+            rng = random.Random(index)
+            first = True
             while not self.stop.is_set():
                 try:
-                    await self.cycle(client, worker_id)
+                    await self.cycle(client, worker_id, rng, first)
+                    first = False
                 except Exception as exc:  # counted, and the agent goes on as a real one would
                     self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
                     await asyncio.sleep(0.5)
 
-    async def cycle(self, client: Connection, worker_id: int) -> None:
+    async def cycle(self, client: Connection, worker_id: int, rng: random.Random, first: bool) -> None:
         """Lease (long-poll), then answer trials for as long as each result's acknowledgement
-        hands out the next lease, as the agent does."""
+        hands out the next lease, as the agent does. With `trial_s`, each trial takes between
+        half and one and a half times that (trials differ, and workers fall out of step), and
+        an agent's first long-poll is not counted: every agent starts at once, before the
+        study's first steps have queued its trials."""
         t0 = time.monotonic()
         held = await self._post(client, "/v1/leases", {"worker_id": worker_id, "wait_s": self.wait_s})
         t1 = time.monotonic()
         if held is None:  # 204: nothing queued in time
             self.empty_leases += 1
             return
-        self.lease_ms.append((t1 - t0) * 1e3)
+        if not (first and self.trial_s):
+            self.lease_ms.append((t1 - t0) * 1e3)
         while held is not None and not self.stop.is_set():
             if self.trial_s:  # a GPU would measure meanwhile
-                await asyncio.sleep(self.trial_s)
+                await asyncio.sleep(self.trial_s * rng.uniform(0.5, 1.5))
                 t1 = time.monotonic()
             values = objective(held["trial"]["config"])
             result = {"status": "completed", "metrics": {k: {"value": v} for k, v in values.items()},
