@@ -38,9 +38,9 @@ from workers.contract import FailureReason
 
 ASKS_PER_STEP = 64  # one step asks for at most this many trials...
 # ...and asks as many as it accounted for (the queue keeps its level however long steps
-# take), then more for this long (the queue grows to the study's parallelism); the next step
-# asks for the rest
-ASK_MORE_S = 0.025
+# take), then more until this long after taking the lock (the queue grows to the study's
+# parallelism); the next step asks for the rest
+ASK_UNTIL_S = 0.025
 TELLS_PER_STEP = 1000
 # what accounting for a finished trial may change (with told and seq)
 ACCOUNTED_COLUMNS = ("completed_index", "relative", "on_front", "hypervolume_after")
@@ -79,7 +79,8 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         report.promoted = _account(session, study, mirror, untold, seqs)
         report.accounted = len(untold)
         report.more = len(untold) == TELLS_PER_STEP
-    asked, room = _settle_and_refill(session, study, mirror, max(1, report.accounted), seqs)
+    pace = (max(1, report.accounted), report.locked_at + ASK_UNTIL_S)
+    asked, room = _settle_and_refill(session, study, mirror, pace, seqs)
     report.queued = asked.queued
     report.more = report.more or report.queued < room  # the next step asks for the rest
     report.changed = bool(report.accounted or report.queued or asked.refused)
@@ -157,7 +158,7 @@ def _infeasible_in_a_row(session: Session, study_id: int, budget: dict[str, Any]
     return streak
 
 
-def _settle_and_refill(session: Session, study: Study, mirror: Mirror, at_least: int,
+def _settle_and_refill(session: Session, study: Study, mirror: Mirror, pace: tuple[int, float],
                        seqs: Iterator[int]) -> tuple[Asked, int]:
     """(what this step asked and queued, trials the study has room for)."""
     counts = counts_of(session, study)
@@ -166,7 +167,7 @@ def _settle_and_refill(session: Session, study: Study, mirror: Mirror, at_least:
         lifecycle.apply_settlement(session, study, settlement)
         return Asked(), 0
     room = schedule.asks_wanted(counts, study.max_trials)
-    asked = _ask(session, study, mirror, min(room, ASKS_PER_STEP), counts, at_least, seqs)
+    asked = _ask(session, study, mirror, min(room, ASKS_PER_STEP), counts, pace, seqs)
     if asked.refused or asked.budget_left == 0:
         # the budget or the space is spent (done once all report), or refusals reached a cap
         settlement = schedule.settle(counts_of(session, study), study.finish_reason)
@@ -187,12 +188,12 @@ class Asked:
 
 
 def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, counts: schedule.Counts,
-         at_least: int, seqs: Iterator[int]) -> Asked:
+         pace: tuple[int, float], seqs: Iterator[int]) -> Asked:
     """Queue up to `wanted` trials within the budget. A proposal that cannot launch on the
     study's target is recorded failed (infeasible) and told to the sampler at once, and the
     sampler asked again; it takes a place in the budget only if the study counts them.
-    At least `at_least` are asked, then more for ASK_MORE_S."""
-    deadline = time.perf_counter() + ASK_MORE_S
+    `pace` is (how many to ask whatever the time, the time after which to ask no more)."""
+    at_least, deadline = pace
     asked = Asked(budget_left=counts.budget_left)
     in_a_row = counts.infeasible_in_a_row
     screen = study.document["measure"].get("screen")

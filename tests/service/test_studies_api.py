@@ -181,7 +181,7 @@ def test_a_step_replaces_every_trial_it_accounts_for_however_long_it_takes(
     trials as it accounted for, so the queue keeps its level; asking beyond that is what its
     time allows."""
     api = stepped_here
-    monkeypatch.setattr(step, "ASK_MORE_S", 0.0)
+    monkeypatch.setattr(step, "ASK_UNTIL_S", -1.0)
     scheduler = api.client.app.state.paretune.scheduler  # type: ignore[attr-defined]
     study = api.create_study(budget={"max_trials": 100}, parallelism=12)  # a trial a step
     assert api.client.get(f"/v1/studies/{study['id']}", headers=api.admin).json()["progress"]["in_flight"] == 12
