@@ -20,7 +20,7 @@ from service.artifacts import validations
 from service.config import Settings
 from service.http import BodyLimit, install_error_handlers
 from service.metrics import Metrics
-from service.notify import Notifier, postgres_dsn
+from service.notify import Notifier, postgres_dsn, stop_tasks
 from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
@@ -56,9 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            upkeep.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await upkeep
+            await stop_tasks(upkeep)
             await scheduler.stop()
             await notifier.stop()
             db.dispose()

@@ -19,9 +19,10 @@ import logging
 import secrets
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 log = logging.getLogger("paretune.notify")
 PREFIX = "paretune:"
 REDIS_TIMEOUT_S = 0.5
@@ -75,20 +76,17 @@ class Notifier:
         self._handlers[prefix] = handler
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks(*self._tasks)
         if self._redis is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._redis.aclose(), REDIS_TIMEOUT_S)
+                await within(self._redis.aclose(), REDIS_TIMEOUT_S)
 
     async def ping(self) -> bool | None:
         """Redis reachability within its timeout: None when Redis is not configured."""
         if self._redis is None:
             return None
         try:
-            return bool(await asyncio.wait_for(self._redis.ping(), REDIS_TIMEOUT_S))
+            return bool(await within(self._redis.ping(), REDIS_TIMEOUT_S))
         except Exception:
             return False
 
@@ -121,7 +119,7 @@ class Notifier:
         queue = self._waiters[channel]
         queue.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            await within(asyncio.shield(waiter), timeout)
             return True
         except TimeoutError:
             return False
@@ -162,7 +160,7 @@ class Notifier:
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for channel, count in messages:
                         pipe.publish(PREFIX + channel, "" if count is None else str(count))
-                    await asyncio.wait_for(pipe.execute(), REDIS_TIMEOUT_S)
+                    await within(pipe.execute(), REDIS_TIMEOUT_S)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # down or hung: other replicas fall back to polling
@@ -172,7 +170,7 @@ class Notifier:
         while True:
             try:
                 pubsub = self._redis.pubsub()
-                await asyncio.wait_for(pubsub.psubscribe(PREFIX + "*"), REDIS_TIMEOUT_S)
+                await within(pubsub.psubscribe(PREFIX + "*"), REDIS_TIMEOUT_S)
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
                     if message and message.get("type") == "pmessage":
@@ -189,7 +187,7 @@ class Notifier:
         import psycopg
 
         assert self.postgres_dsn is not None
-        return await asyncio.wait_for(psycopg.AsyncConnection.connect(self.postgres_dsn, autocommit=True),
+        return await within(psycopg.AsyncConnection.connect(self.postgres_dsn, autocommit=True),
                                       REDIS_TIMEOUT_S * 4)
 
     async def _publish_pg(self) -> None:
@@ -203,7 +201,7 @@ class Notifier:
                 try:
                     if connection is None or connection.closed:
                         connection = await self._pg_connect()
-                    await asyncio.wait_for(connection.execute(
+                    await within(connection.execute(
                         "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (PG_CHANNEL, payloads)),
                         REDIS_TIMEOUT_S)
                 except asyncio.CancelledError:
@@ -238,6 +236,25 @@ class Notifier:
         if now - self._last_warning > WARN_EVERY_S:
             self._last_warning = now
             log.warning(message)
+
+
+async def within(awaitable: Awaitable[T], seconds: float) -> T:
+    """`awaitable`, or TimeoutError after `seconds`. Not asyncio.wait_for: on Python 3.11 it
+    can swallow a cancellation that arrives as the awaitable completes, and a background
+    task would then run on after its stop."""
+    async with asyncio.timeout(seconds):
+        return await awaitable
+
+
+async def stop_tasks(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel these tasks and wait until each has ended, cancelling again any that carried
+    on (a cancellation swallowed by a library); their errors are not raised."""
+    for task in tasks:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
+        if not task.cancelled():
+            task.exception()  # retrieved: asyncio logs nothing about it
 
 
 def _count(text: str) -> int | None:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from service.config import Settings
-from service.notify import Notifier
+from service.notify import Notifier, stop_tasks
 from service.scheduling.mirror import MirrorCache
 from service.scheduling.step import StepReport, pending_studies, run_step
 from service.store.db import STEP_THREADS, Database
@@ -54,9 +54,7 @@ class Scheduler:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_tasks(self._task)
 
     def wake(self, *study_ids: int) -> None:
         """Ask for a step of these studies soon; callable from any thread. Not started here
