@@ -3,7 +3,9 @@
 Threads:
   leaser   leases trials (HTTP long-poll) and compiles each in a sandbox process on the
            compile CPUs; with prefetch it holds `lease_ahead` leases (default one) beyond
-           the trial measuring, so trial N+1 compiles while trial N measures;
+           the trial measuring, so trial N+1 compiles while trial N measures; with
+           `compilers` N there are N leasers, each with its own compile process, so that
+           N trials compile at once when compiling takes as long as measuring (screening);
   main     checks and measures one trial at a time in a sandbox process pinned to the
            measurement CPU (the device is never shared by two measurements, nor with a
            compile when the machine has a spare core), then posts the result;
@@ -77,6 +79,7 @@ class AgentConfig:
     cache_dir: Path | None = None
     prefetch: bool = True
     lease_ahead: int = 1  # with prefetch: trials held leased (and compiled) beyond the one measuring
+    compilers: int = 1  # with prefetch: trials compiled at once (at most lease_ahead)
     max_trials: int | None = None
     backends: list[str] | None = None  # None: every backend whose probe says available
     wait_s: float = 10.0  # lease long-poll
@@ -154,6 +157,7 @@ class Agent:
         self.sandbox = self._sandbox()
         self.summary = AgentSummary()
         self.slots = threading.Semaphore(1 + max(1, config.lease_ahead) if config.prefetch else 1)
+        self.leasers = max(1, min(config.compilers, config.lease_ahead)) if config.prefetch else 1
         self.ready: queue.Queue[HeldLease | None] = queue.Queue()
         # without prefetch the next lease comes with the previous result's acknowledgement
         # when one is queued (one request per trial); the leaser takes it before long-polling
@@ -242,9 +246,11 @@ class Agent:
             self._register()
             self.cache.prune(self.config.cache_max_bytes)
             keeper = threading.Thread(target=self._keeper_loop, name="keeper", daemon=True)
-            leaser = threading.Thread(target=self._leaser_loop, name="leaser", daemon=True)
+            leasers = [threading.Thread(target=self._leaser_loop, name=f"leaser-{n}", daemon=True)
+                       for n in range(self.leasers)]
             keeper.start()
-            leaser.start()
+            for leaser in leasers:
+                leaser.start()
             self._measure_loop()
         except AgentError as exc:
             self.summary.error = str(exc)
@@ -445,13 +451,17 @@ class Agent:
     # -- measuring and reporting (main thread) ---------------------------------------------
 
     def _measure_loop(self) -> None:
+        leasing = self.leasers  # each leaser puts None when it stops
         while not self.abort.is_set():
             try:
                 held = self.ready.get(timeout=0.2)
             except queue.Empty:
                 continue
             if held is None:
-                return
+                leasing -= 1
+                if leasing == 0:
+                    return
+                continue
             try:
                 self._run_and_report(held)
             except Exception as exc:  # report the trial failed rather than take the worker down
@@ -660,8 +670,11 @@ def start_agent_process(config: AgentConfig, log_path: Path | None = None) -> su
         command += ["--cache-dir", str(config.cache_dir)]
     if not config.prefetch:
         command.append("--no-prefetch")
-    elif config.lease_ahead != 1:
-        command += ["--lease-ahead", str(config.lease_ahead)]
+    else:
+        if config.lease_ahead != 1:
+            command += ["--lease-ahead", str(config.lease_ahead)]
+        if config.compilers != 1:
+            command += ["--compilers", str(config.compilers)]
     if config.max_trials is not None:
         command += ["--max-trials", str(config.max_trials)]
     if config.backends:

@@ -117,6 +117,12 @@ def worker(
                      "More hides the round trip to the service when trials are short (screening) but holds "
                      "trials other workers could take"),
     ] = 1,
+    compilers: Annotated[
+        int,
+        typer.Option(min=1, max=8, help="With prefetch: trials compiled at once, each in a compile process of its "
+                     "own (at most --lease-ahead). More keeps the GPU busy when a trial compiles about as long "
+                     "as it measures (screening); each process holds the compiler's memory"),
+    ] = 1,
     max_trials: Annotated[int | None, typer.Option(help="Exit after this many trials")] = None,
     backends: Annotated[
         str | None,
@@ -198,6 +204,7 @@ def worker(
         cache_dir=cache_dir,
         prefetch=prefetch,
         lease_ahead=lease_ahead,
+        compilers=compilers,
         max_trials=max_trials,
         backends=parse_backends(backends),
         warm_runner=warm,

@@ -183,8 +183,8 @@ class Sandbox:
               namespace: str | None = None, keep_inner: Iterable[int] = ()) -> None:
         """Kill what a trial of `phase` left running: its process group; in a PID namespace
         everything but `keep_inner` (a sandbox's own namespace dies with it otherwise);
-        without PID namespaces everything of the phase's sandbox uid but `keep` and the
-        warm runners; and orphans this process inherited as their subreaper."""
+        without PID namespaces everything of the phase's sandbox uid but `keep`, the warm
+        runners and what the other runners run; and orphans this process inherited as their subreaper."""
         if group is not None:
             kill_group(group)
         if namespace is not None:
@@ -193,12 +193,14 @@ class Sandbox:
         with self.lock:
             runners = set(self.runner_pids.get(phase, set()))
         if identity is not None and not self.isolation.namespaces:
-            kill_uid(identity.uid, set(keep) | runners)
+            # what the phase's other runners (several compilers) run is theirs, not a stray
+            kill_uid(identity.uid, set(keep) | runners, spare_below=runners - set(keep))
         if self.reap_orphans:
             self._sweep_orphans(set(keep))
 
     def runner_started(self, phase: str, pid: int) -> None:
-        """A warm runner of `phase` (its pid here): the sweeps after other trials spare it."""
+        """A warm runner of `phase`, or a fresh sandbox process while it runs (its pid here):
+        the sweeps after other trials spare it and what runs below it."""
         with self.lock:
             self.runner_pids.setdefault(phase, set()).add(pid)
 

@@ -105,10 +105,38 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def kill_uid(uid: int, keep: Iterable[int] = ()) -> int:
-    """Kill every process of `uid` except `keep` (a warm runner and what it needs)."""
-    kept = set(keep)
-    return kill_all(lambda: [p for p in processes_of_uid(uid) if p not in kept])
+def descendants(roots: Iterable[int]) -> set[int]:
+    """The live processes below any of `roots` (children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for pid in _pids():
+        status = _status(pid)
+        parent = status.get("PPid", "").strip()
+        if parent.isdigit() and _alive(status):
+            children.setdefault(int(parent), []).append(int(pid))
+    found: set[int] = set()
+    todo = [child for root in roots for child in children.get(root, [])]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def kill_uid(uid: int, keep: Iterable[int] = (), spare_below: Iterable[int] = ()) -> int:
+    """Kill every process of `uid` except `keep` (a warm runner and what it needs) and what
+    runs below `spare_below` (other runners of the uid, busy with their own trials: looked
+    up again each round, so that what they start meanwhile is spared too)."""
+    kept, roots = set(keep), set(spare_below)
+
+    def strays() -> list[int]:
+        found = [p for p in processes_of_uid(uid) if p not in kept]
+        if found and roots:
+            spared = descendants(roots)
+            found = [p for p in found if p not in spared]
+        return found
+
+    return kill_all(strays)
 
 
 def kill_namespace(namespace: str, keep_inner: Iterable[int]) -> int:

@@ -126,7 +126,8 @@ class WarmRunner:
     ) -> None:
         self.phase, self.backend = phase, backend
         self.sandbox = sandbox or default_sandbox()
-        name = f"{phase}-{backend}-{os.getpid()}-{next(_serial)}"
+        self.serial = next(_serial)  # which of the agent's runners: pids repeat across PID namespaces
+        name = f"{phase}-{backend}-{os.getpid()}-{self.serial}"
         self.dir = (root / name).absolute()
         self.inside = "/tmp" if self.sandbox.isolation.namespaces else str(self.dir)
         self.log_path = self.sandbox.log_path(name)
@@ -300,6 +301,7 @@ class WarmRunner:
         info = self.ready_info() or {}
         return {
             "warm": True,
+            "runner": self.serial,
             "pid": self.pid,
             "trials_served": self.served,
             "warm_up_s": info.get("warm_up_s"),
@@ -308,8 +310,9 @@ class WarmRunner:
 
 
 class RunnerPool:
-    """The agent's warm runners, one per (phase, backend), created on first use and
-    replaced after every trial that did not end cleanly."""
+    """The agent's warm runners per (phase, backend): as many as are in use at once (the
+    agent's compilers for the compile phase, one for the run phase), created on first use
+    and replaced after every trial that did not end cleanly."""
 
     def __init__(
         self,
@@ -327,7 +330,8 @@ class RunnerPool:
         self.warm_for = warm_for  # backend -> whether its trials use warm runners
         self.start_timeout_s = start_timeout_s
         self.log_limit = log_limit
-        self.runners: dict[tuple[str, str], WarmRunner] = {}
+        self.runners: dict[tuple[str, str], list[WarmRunner]] = {}
+        self.busy: set[WarmRunner] = set()  # handed out by get() and not yet released
         self.started = 0
         self.closed = False
         self.lock = threading.Lock()
@@ -337,34 +341,47 @@ class RunnerPool:
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="runner-spawner")
 
     def get(self, phase: str, backend: str, study_id: int | None = None) -> WarmRunner | None:
-        """The runner for this phase and backend (started now if needed, or replaced when it
-        served another study); None when the backend's trials run in fresh processes or the
-        pool is closed."""
+        """A runner for this phase and backend that no one else is using (preferably one
+        that served this study; one that served another study is replaced, one that died is
+        replaced, and a new one starts when all are in use), held until `release`. None when
+        the backend's trials run in fresh processes or the pool is closed."""
         if not self.warm_for(backend):
             return None
         with self.lock:
             if self.closed:
                 return None
-            runner = self.runners.get((phase, backend))
-            other_study = runner is not None and None not in (runner.study_id, study_id) and runner.study_id != study_id
-            if runner is None or not runner.alive() or other_study:
-                if runner is not None:
-                    runner.kill()
+            kept = self.runners.setdefault((phase, backend), [])
+            idle = [r for r in kept if r not in self.busy]
+            runner = next((r for r in idle if r.study_id == study_id), None) or next(iter(idle), None)
+            if runner is None:
                 runner = self._start(phase, backend)
-            if phase == "compile" and ("run", backend) not in self.runners:
-                self._start("run", backend)  # warms up while the first trial compiles
+                kept.append(runner)
+            elif not runner.alive() or None not in (runner.study_id, study_id) and runner.study_id != study_id:
+                runner.kill()
+                kept[kept.index(runner)] = runner = self._start(phase, backend)
+            if phase == "compile" and not self.runners.get(("run", backend)):
+                # the run phase warms up while the first trial compiles
+                self.runners[("run", backend)] = [self._start("run", backend)]
             runner.study_id = study_id
+            self.busy.add(runner)
             return runner
+
+    def release(self, runner: WarmRunner) -> None:
+        """`runner` (from get) is free for the next trial."""
+        with self.lock:
+            self.busy.discard(runner)
 
     def replace(self, runner: WarmRunner) -> None:
         """Kill `runner` and start its successor (it warms up before the next trial)."""
         runner.kill()
         with self.lock:
-            key = (runner.phase, runner.backend)
-            if self.runners.get(key) is runner:
-                del self.runners[key]
-                if not self.closed:
-                    self._start(runner.phase, runner.backend)
+            kept = self.runners.get((runner.phase, runner.backend), [])
+            self.busy.discard(runner)
+            if runner in kept:
+                if self.closed:
+                    kept.remove(runner)
+                else:
+                    kept[kept.index(runner)] = self._start(runner.phase, runner.backend)
 
     def _start(self, phase: str, backend: str) -> WarmRunner:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -378,14 +395,14 @@ class RunnerPool:
             log_limit=self.log_limit,
         )
         self._spawner.submit(runner.start).result()
-        self.runners[(phase, backend)] = runner
         self.started += 1
         return runner
 
     def close(self) -> None:
         with self.lock:
             self.closed = True
-            runners, self.runners = list(self.runners.values()), {}
+            runners = [runner for kept in self.runners.values() for runner in kept]
+            self.runners = {}
         for runner in runners:
             runner.kill()
         self._spawner.shutdown(wait=False)

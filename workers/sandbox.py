@@ -86,6 +86,9 @@ def phase_job(
         yield job, runner
     finally:
         shutil.rmtree(job.outside, ignore_errors=True)
+        if runner is not None:
+            assert runners is not None
+            runners.release(runner)
 
 
 def run_phase(
@@ -158,11 +161,15 @@ def _run_fresh(
     with output_path.open("wb") as output:
         proc = sandbox.spawn(command, cwd=job.outside, env=sandbox.env(cpus, job.inside), stdin=subprocess.DEVNULL,
                              stdout=output, stderr=subprocess.STDOUT)
+    sandbox.runner_started(phase, proc.pid)  # while it runs, sweeps after other compiles spare it
     try:
         progress = _progress(job, on_phase)
-        timed_out, abandoned, killed = wait_until(
-            lambda: proc.poll() is not None, started, timeout_s, cancel, progress, _POLL_S, watch
-        )
+        try:
+            timed_out, abandoned, killed = wait_until(
+                lambda: proc.poll() is not None, started, timeout_s, cancel, progress, _POLL_S, watch
+            )
+        finally:
+            sandbox.runner_ended(phase, proc.pid)
         # the process on a timeout, a limit or a cancel; whatever it left behind in any case
         sandbox.sweep(phase, group=proc.pid)
         returncode = proc.wait()

@@ -85,7 +85,7 @@ class Compare:
         measure, compile_ = rs.cpu_sets(0, 1)
         command = [sys.executable, "-m", "workers", "--server", rs.SERVER, "--pool", "gpu0", "--name", f"gpu0-{name}",
                    "--cache-dir", str(cache), "--gpu", "0", "--measure-cpus", measure, "--compile-cpus", compile_,
-                   "--warm", "--lease-ahead", str(self.args.lease_ahead)]
+                   "--warm", "--lease-ahead", str(self.args.lease_ahead), "--compilers", str(self.args.compilers)]
         if self.local:
             command += ["--backends", "cpu"]
         env = {**self.env, "PARETUNE_WORKER_TOKEN": self.token, "TRITON_CACHE_DIR": str(self.work / f"triton-{name}")}
@@ -236,10 +236,15 @@ def throughput(data: dict[str, Any]) -> dict[str, Any]:
     span = (max(_time(t["finished_at"]) for t in trials) - _time(data["study"]["created_at"])).total_seconds()
     gpu_s = sum(run_wall_s(t) for t in data["trials"])
     states: dict[str, int] = {}
+    reasons: dict[str, int] = {}
     for t in data["trials"]:
         states[t["state"]] = states.get(t["state"], 0) + 1
+        if t["state"] == "failed":
+            reason = str(t.get("failure_reason"))
+            reasons[reason] = reasons.get(reason, 0) + 1
     return {"trials": len(trials), "span_s": span, "trials_per_gpu_minute": len(trials) / span * 60 if span else None,
             "run_phase_gpu_s": gpu_s, "gpu_s_per_trial": gpu_s / len(trials), "states": states,
+            "failure_reasons": reasons,
             "gpu_busy": gpu_s / span if span else None, "stage_timings": stage_timings(data)}
 
 
@@ -303,6 +308,7 @@ def summarize(result: dict[str, Any], local: bool) -> str:
         tp = throughput(data)
         best = best_trial(data)
         rows.setdefault("trials finished (states)", []).append(f"{tp['trials']} {json.dumps(tp.get('states'))}")
+        rows.setdefault("failed trials by reason", []).append(json.dumps(tp.get("failure_reasons")))
         rows.setdefault("span from the study's creation to its last result, s", []).append(f"{tp.get('span_s', 0):.1f}")
         rows.setdefault("trials per GPU-minute", []).append(f"{tp.get('trials_per_gpu_minute') or 0:.1f}")
         rows.setdefault("run-phase GPU seconds per trial", []).append(f"{tp.get('gpu_s_per_trial', 0):.2f}")
@@ -344,6 +350,7 @@ def main() -> None:
                         help="the screening study's measure.promote.energy_runtime_ratio (0: the default)")
     parser.add_argument("--parallelism", type=int, default=2, help="both studies' parallelism")
     parser.add_argument("--lease-ahead", type=int, default=1, help="the worker's --lease-ahead")
+    parser.add_argument("--compilers", type=int, default=1, help="the worker's --compilers")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the re-measurement")
     parser.add_argument("--deadline-s", type=float, default=430)
     parser.add_argument("--h2h-s", type=float, default=80, help="kept for the re-measurement at the end")

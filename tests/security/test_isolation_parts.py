@@ -27,7 +27,7 @@ from workers.contract import KernelSpec, SandboxLimits
 from workers.isolation import IsolationUnavailable, choose, reserve_uids, sandbox_env
 from workers.isolation_files import UnsafeFile
 from workers.isolation_jobs import Sandbox
-from workers.isolation_procs import kill_uid, processes_of_uid
+from workers.isolation_procs import descendants, kill_uid, processes_of_uid
 
 KEY = "cd" + "1" * 62
 REPO = Path(__file__).resolve().parents[2]
@@ -198,6 +198,46 @@ def test_a_uid_sweep_kills_every_process_of_the_sandbox_uid(tmp_path):
         os.close(lock)
 
 
+def test_a_sweep_spares_what_the_other_runners_of_the_uid_run(tmp_path):
+    """Two compilers at the user level share the compile uid: the sweep after one's trial
+    kills that trial's strays, never the other's compiler processes."""
+    if os.geteuid() != 0:
+        pytest.skip("switching to a sandbox uid needs root")
+    sandbox = Sandbox(work_root=tmp_path / "work")
+    sandbox.isolation = choose("user", work_root=sandbox.root, hidden=[])
+    uid = sandbox.isolation.identity("compile").uid
+    marker = f"sweep-{uuid.uuid4().hex}"
+
+    def as_uid(script: str) -> subprocess.Popen:
+        return subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sh", "-c",
+                                 f"{script}; : {marker}"], start_new_session=True)
+
+    sweeping = as_uid("exec sleep 300")  # the runner whose trial just ended
+    other = as_uid("sleep 300 & sleep 300")  # another runner, compiling: two children
+    stray = as_uid("exec sleep 300")  # left by the trial that ended
+    try:
+        deadline = time.monotonic() + 5
+        while len(processes_of_uid(uid)) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for runner in (sweeping, other):
+            sandbox.runner_started("compile", runner.pid)
+        others = {other.pid, *descendants([other.pid])}
+        assert len(others) == 3
+        sandbox.sweep("compile", keep={sweeping.pid})
+        stray.wait(timeout=5)
+        left = set(processes_of_uid(uid))
+        assert others <= left and sweeping.pid in left and stray.pid not in left
+        sandbox.runner_ended("compile", other.pid)
+        sandbox.sweep("compile", keep={sweeping.pid})  # that runner is gone: what it ran is a stray
+        other.wait(timeout=5)
+        assert set(processes_of_uid(uid)) == {sweeping.pid}
+    finally:
+        kill_uid(uid)
+        for process in (sweeping, other, stray):
+            process.wait(timeout=5)
+        sandbox.close()
+
+
 def test_the_best_level_here_is_probed_and_named(tmp_path):
     sandbox = Sandbox(work_root=tmp_path / "work")
     try:
@@ -334,7 +374,7 @@ def test_a_warm_runner_in_namespaces_loses_what_each_trial_left_and_serves_one_s
         assert processes[0] == processes[1] != processes[2]  # one study per runner
         assert [r.environment["sandbox"]["trials_served"] for r in served] == [1, 2, 1]
         assert with_marker(marker) == []  # each trial's child died with its trial
-        runner = pool.runners[("run", "python")]
+        [runner] = pool.runners[("run", "python")]
         assert runner.alive()
         assert [p for p in processes_of_uid(sandbox.isolation.identity("run").uid)] != []  # the runner itself
     finally:

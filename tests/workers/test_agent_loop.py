@@ -102,6 +102,38 @@ def test_lease_ahead_holds_that_many_compiled_trials_beyond_the_one_measuring(tm
     assert most == 3  # the trial measuring and two more, never a fourth
 
 
+def slow_to_compile(tag: int, functions: int = 600) -> str:
+    """A correct matmul whose file takes gcc -O2 a good fraction of a second (a tag makes
+    every copy a different build)."""
+    helpers = "\n".join(
+        f"static float f{i}(float x) {{ for (int k = 0; k < {i % 7 + 3}; k++) x = x * 1.0001f + {i}.0f / (x + 1.0f);"
+        f" return x; }}" for i in range(functions))
+    used = " + ".join(f"f{i}(s)" for i in range(functions))
+    return f"/* {tag} */\n{helpers}\nfloat used(float s) {{ return {used}; }}\n{PLANTED['good']}"
+
+
+@pytest.mark.parametrize("compilers", [1, 2])
+def test_compilers_compile_that_many_trials_at_once_each_in_its_own_process(tmp_path, compilers):
+    specs = [make_spec(cpu_source_kernel(slow_to_compile(i))) for i in range(4)]
+    plane = Plane(heartbeat_s=0.2)
+    plane.add(*specs)
+    with PlaneServer(plane) as server:
+        summary = run_agent(_config(server, tmp_path, max_trials=4, prefetch=True, lease_ahead=2,
+                                    compilers=compilers, warm_runner=True))
+    assert summary.completed == 4
+    results = [plane.results[s.trial_id] for s in specs]
+    compile_runners = {r.compile_report["sandbox"]["runner"] for r in results}
+    leased_at = {trial: t for t, trial, _ in plane.leased}
+    compiling = sorted((leased_at[s.trial_id], leased_at[s.trial_id] + r.timings["compile_wall_s"])
+                       for s, r in zip(specs, results, strict=True))
+    overlapping = sum(start < end for (_, end), (start, _) in zip(compiling, compiling[1:], strict=False))
+    assert len(compile_runners) == compilers
+    assert (overlapping > 0) == (compilers > 1)
+    events = sorted([(t, 1) for t, _, _ in plane.leased] + [(t, -1) for t, _, _ in plane.result_posts])
+    held = [sum(change for _, change in events[: n + 1]) for n in range(len(events))]
+    assert max(held) <= 3  # compiling at once never holds more than 1 + lease_ahead
+
+
 def test_without_prefetch_one_lease_at_a_time(tmp_path):
     specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 0.2}, objectives=["f1"]) for _ in range(3)]
     plane = Plane()

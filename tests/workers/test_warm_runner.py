@@ -239,6 +239,7 @@ def test_a_runner_outlives_the_thread_that_asked_for_it(cache, pool):
         got["runner"] = pool.get("run", "python")
         while got["runner"].ready_info() is None:  # it has set up dying with its parent
             time.sleep(0.02)
+        pool.release(got["runner"])
 
     asker = threading.Thread(target=ask)
     asker.start()
@@ -256,3 +257,18 @@ def test_cpu_lists_parse_like_taskset():
     for bad in ("a-b", "4-2"):
         with pytest.raises(Exception, match="CPU list|backwards"):
             parse_cpus(bad)
+
+
+def test_a_runner_in_use_is_never_handed_out_twice(pool):
+    """Several compilers each get a runner of their own; a released one serves the next."""
+    first = pool.get("compile", "python", 1)
+    second = pool.get("compile", "python", 1)
+    assert first is not None and second is not None and first is not second
+    assert first.alive() and second.alive()
+    pool.release(first)
+    assert pool.get("compile", "python", 1) is first
+    pool.release(first)
+    pool.release(second)
+    again = pool.get("compile", "python", 2)  # another study: a fresh runner in an idle one's place
+    assert again not in (first, second) and not first.alive() and second.alive()
+    assert len(pool.runners[("compile", "python")]) == 2 and len(pool.runners[("run", "python")]) == 1

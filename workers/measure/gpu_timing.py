@@ -110,10 +110,17 @@ def capture(launch: Launch, calls: int) -> tuple[Any, str]:
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     try:
+        # capture_begin/end on the side stream rather than torch.cuda.graph(), which first
+        # empties the allocator's cache: the next allocations then go back to the driver,
+        # and on an H200 that emptying alone took 0.18 s of a 0.5 s screening measurement
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                launch()
+        with torch.cuda.stream(side):
+            graph.capture_begin()
+            try:
+                for _ in range(calls):
+                    launch()
+            finally:
+                graph.capture_end()
         graph.replay()
         torch.cuda.synchronize()
         return graph, "graph"
