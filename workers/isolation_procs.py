@@ -108,11 +108,11 @@ def kill_group(pgid: int) -> None:
 def descendants(roots: Iterable[int]) -> set[int]:
     """The live processes below any of `roots` (children, their children, ...)."""
     children: dict[int, list[int]] = {}
-    for pid in _pids():
-        status = _status(pid)
+    for name in _pids():
+        status = _status(name)
         parent = status.get("PPid", "").strip()
         if parent.isdigit() and _alive(status):
-            children.setdefault(int(parent), []).append(int(pid))
+            children.setdefault(int(parent), []).append(int(name))
     found: set[int] = set()
     todo = [child for root in roots for child in children.get(root, [])]
     while todo:
