@@ -128,13 +128,38 @@ def _mounts(service: dict[str, Any]) -> dict[str, str]:
 def test_prometheus_scrapes_every_replica_and_loads_the_alerts(compose: dict[str, Any]) -> None:
     mounts = _mounts(compose["services"]["prometheus"])
     config = yaml.safe_load((REPO / mounts["/etc/prometheus/prometheus.yml"]).read_text())
-    (job,) = config["scrape_configs"]
-    assert job["job_name"] == "paretune-api" and job["metrics_path"] == "/metrics"
-    targets = {t for group in job["static_configs"] for t in group["targets"]}
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"paretune-api", "paretune-scheduler"}
+    assert all(job["metrics_path"] == "/metrics" for job in jobs.values())
+    targets = {t for group in jobs["paretune-api"]["static_configs"] for t in group["targets"]}
     assert targets == {f"{name}:8000" for name in _replicas(compose)}
     for rule_file in config["rule_files"]:
         assert rule_file in mounts, f"Prometheus loads {rule_file}, which is not mounted"
         assert yaml.safe_load((REPO / mounts[rule_file]).read_text())["groups"]
+
+
+def test_a_scheduler_process_steps_the_studies_and_prometheus_watches_it(compose: dict[str, Any]) -> None:
+    """The replicas step nothing; the scheduler service does, woken through Redis; the
+    alert that fires when no scheduler answers queries the job Prometheus scrapes it as."""
+    services = compose["services"]
+    (name,) = [n for n, s in services.items() if _command(s)[:2] == ["paretune", "scheduler"]]
+    scheduler = services[name]
+    command = _command(scheduler)
+    port = command[command.index("--metrics-port") + 1]
+    assert _target(scheduler) == "control-plane"
+    assert scheduler["environment"]["PARETUNE_REDIS_URL"] and scheduler["environment"]["PARETUNE_MIGRATE_ON_START"] == "false"
+    assert scheduler["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert f"127.0.0.1:{port}/metrics" in " ".join(scheduler["healthcheck"]["test"])
+    for replica in _replicas(compose).values():
+        assert replica["environment"]["PARETUNE_SCHEDULER_PROCESS"] == "true"
+        assert replica["environment"]["PARETUNE_REDIS_URL"] == scheduler["environment"]["PARETUNE_REDIS_URL"]
+    mounts = _mounts(services["prometheus"])
+    config = yaml.safe_load((REPO / mounts["/etc/prometheus/prometheus.yml"]).read_text())
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "paretune-scheduler"]
+    assert {t for group in job["static_configs"] for t in group["targets"]} == {f"{name}:{port}"}
+    rules = yaml.safe_load((REPO / mounts["/etc/prometheus/alerts.yml"]).read_text())
+    (down,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "ParetuneSchedulerDown"]
+    assert 'job="paretune-scheduler"' in down["expr"]
 
 
 def test_grafana_is_provisioned_with_the_dashboard(compose: dict[str, Any]) -> None:
