@@ -188,7 +188,7 @@ class Notifier:
 
         assert self.postgres_dsn is not None
         return await within(psycopg.AsyncConnection.connect(self.postgres_dsn, autocommit=True),
-                                      REDIS_TIMEOUT_S * 4)
+                           REDIS_TIMEOUT_S * 4)
 
     async def _publish_pg(self) -> None:
         """Other processes' wake-ups through Postgres: one statement per batch."""

@@ -13,6 +13,7 @@ except its Triton cache (TRITON_CACHE_DIR, per job), which stays writable.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,11 +87,34 @@ class Sandbox:
         self.known: set[int] = set()  # pids of sandbox processes this agent started
         self.runner_pids: dict[str, set[int]] = {}  # warm runners by phase, not to be swept
         self.lock = threading.Lock()
+        self.claims: Counter[tuple[str, int | None]] = Counter()  # jobs running: (phase, study)
+        self._released = threading.Condition(self.lock)
 
     @property
     def root(self) -> Path:
         assert self.work_root is not None
         return self.work_root
+
+    @contextlib.contextmanager
+    def claim(self, phase: str, study_id: int | None) -> Iterator[None]:
+        """Hold while a job of `phase` for this study (None: a validation job) runs. Without
+        namespaces the sandbox processes of a phase share one uid and can reach into each
+        other's job directories and processes, so jobs of a phase that run at once (several
+        compilers) belong to one study, one team's trials: a job of another study waits."""
+        if self.isolation.namespaces:
+            yield
+            return
+        key = (phase, study_id)
+        with self._released:
+            while any(count and other != key and other[0] == phase for other, count in self.claims.items()):
+                self._released.wait()
+            self.claims[key] += 1
+        try:
+            yield
+        finally:
+            with self._released:
+                self.claims[key] -= 1
+                self._released.notify_all()
 
     # -- directories ---------------------------------------------------------------------
 

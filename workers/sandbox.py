@@ -80,15 +80,16 @@ def phase_job(
 ) -> Iterator[tuple[Job, WarmRunner | None]]:
     """The job directory of one phase (in the warm runner's area when the backend uses
     one), removed afterwards."""
-    runner = runners.get(phase, spec.kernel.backend, spec.study_id) if runners is not None else None
-    job = runner.new_job() if runner is not None else sandbox.new_job(phase)
-    try:
-        yield job, runner
-    finally:
-        shutil.rmtree(job.outside, ignore_errors=True)
-        if runner is not None:
-            assert runners is not None
-            runners.release(runner)
+    with sandbox.claim(phase, spec.study_id):
+        runner = runners.get(phase, spec.kernel.backend, spec.study_id) if runners is not None else None
+        job = runner.new_job() if runner is not None else sandbox.new_job(phase)
+        try:
+            yield job, runner
+        finally:
+            shutil.rmtree(job.outside, ignore_errors=True)
+            if runner is not None:
+                assert runners is not None
+                runners.release(runner)
 
 
 def run_phase(

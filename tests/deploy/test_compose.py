@@ -147,7 +147,8 @@ def test_a_scheduler_process_steps_the_studies_and_prometheus_watches_it(compose
     command = _command(scheduler)
     port = command[command.index("--metrics-port") + 1]
     assert _target(scheduler) == "control-plane"
-    assert scheduler["environment"]["PARETUNE_REDIS_URL"] and scheduler["environment"]["PARETUNE_MIGRATE_ON_START"] == "false"
+    environment = scheduler["environment"]
+    assert environment["PARETUNE_REDIS_URL"] and environment["PARETUNE_MIGRATE_ON_START"] == "false"
     assert scheduler["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert f"127.0.0.1:{port}/metrics" in " ".join(scheduler["healthcheck"]["test"])
     for replica in _replicas(compose).values():

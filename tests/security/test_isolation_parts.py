@@ -238,6 +238,42 @@ def test_a_sweep_spares_what_the_other_runners_of_the_uid_run(tmp_path):
         sandbox.close()
 
 
+def test_jobs_of_a_phase_at_once_belong_to_one_study_unless_namespaces_separate_them(tmp_path):
+    """Several compilers at a level without namespaces share the compile uid: another
+    study's compile waits until the running one ends, the same study's and another phase's
+    do not."""
+    import threading
+
+    sandbox = Sandbox(work_root=tmp_path / "work")  # the none level
+    entered: dict[str, float] = {}
+
+    def other_study() -> None:
+        with sandbox.claim("compile", 2):
+            entered["other study"] = time.monotonic()
+
+    try:
+        with sandbox.claim("compile", 1):
+            with sandbox.claim("compile", 1), sandbox.claim("run", 2):
+                entered["same study, other phase"] = time.monotonic()
+            waiting = threading.Thread(target=other_study)
+            waiting.start()
+            time.sleep(0.3)
+            released = time.monotonic()
+            assert "other study" not in entered
+        waiting.join(timeout=5)
+        assert entered["other study"] >= released
+        assert sandbox.claims == {("compile", 1): 0, ("run", 2): 0, ("compile", 2): 0}
+    finally:
+        sandbox.close()
+    separated = Sandbox(work_root=tmp_path / "ns")
+    separated.isolation = choose("namespaces", work_root=separated.root, hidden=[])
+    try:
+        with separated.claim("compile", 1), separated.claim("compile", 2):
+            pass  # each job in its own namespaces: nothing to wait for
+    finally:
+        separated.close()
+
+
 def test_the_best_level_here_is_probed_and_named(tmp_path):
     sandbox = Sandbox(work_root=tmp_path / "work")
     try:
