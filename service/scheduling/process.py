@@ -28,6 +28,7 @@ from service.store.db import Database
 from service.store.migrate import prepare_schema
 
 log = logging.getLogger("paretune.scheduling")
+POOL_SIZE = 8  # steady Postgres connections of a scheduler process: its steps and scans
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None, metrics_port: int | None = None) -> None:
@@ -37,7 +38,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, metrics_por
     registry = CollectorRegistry()
     step_seconds = step_histogram(registry)
     exporter = start_http_server(metrics_port, registry=registry)[0] if metrics_port is not None else None
-    db = Database(settings.database_url, min(settings.db_pool_size, 8))
+    db = Database(settings.database_url, min(settings.db_pool_size, POOL_SIZE))
     await asyncio.get_running_loop().run_in_executor(None, prepare_schema, db.engine, settings.migrate_on_start)
     notifier = Notifier(settings.redis_url, postgres_dsn(settings.database_url))
     await notifier.start()

@@ -18,6 +18,7 @@ from sqlalchemy.pool import StaticPool
 from service.store.models import Counter, Study
 
 T = TypeVar("T")
+MAX_OVERFLOW = 10  # Postgres connections a process opens beyond its pool under load
 STEP_THREADS = 2  # at most this many studies step at once in a replica (scheduling.loop)
 
 
@@ -177,7 +178,7 @@ def _make_engine(url: str, pool_size: int) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
     # steady connections for the request, job and finish threads; few made and dropped under load
-    return create_engine(url, pool_size=pool_size, max_overflow=10, pool_pre_ping=True)
+    return create_engine(url, pool_size=pool_size, max_overflow=MAX_OVERFLOW, pool_pre_ping=True)
 
 
 def is_postgres(session: Session) -> bool:

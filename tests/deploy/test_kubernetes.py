@@ -19,6 +19,9 @@ import yaml
 from crd_schemas import SCHEMAS
 from helpers import REPO
 
+from service.config import Settings
+from service.scheduling.process import POOL_SIZE as SCHEDULER_POOL
+from service.store.db import MAX_OVERFLOW
 from workers.agent import AgentConfig
 
 KUSTOMIZE = REPO / "deploy" / "kubernetes"
@@ -162,6 +165,31 @@ def test_scheduler(rendered: tuple[str, list[dict[str, Any]]]) -> None:
                     pod_labels)
     alerts = [r for g in _one(objects, "PrometheusRule", "paretune")["spec"]["groups"] for r in g["rules"]]
     assert any('job="paretune-scheduler"' in r["expr"] for r in alerts)
+
+
+def test_the_postgres_connections_it_needs_are_stated(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    """The HPA states the most connections the deployment opens, from the replicas (at the
+    HPA's maximum and a rollout's surge), their pool sizes and the overflow the code allows."""
+    _, objects = rendered
+
+    def most_pods(deployment: dict[str, Any], replicas: int) -> int:
+        return replicas + int(deployment["spec"]["strategy"]["rollingUpdate"]["maxSurge"])
+
+    def pool(container: dict[str, Any], default: int) -> int:
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        return int(env.get("PARETUNE_DB_POOL_SIZE") or default)
+
+    api = _one(objects, "Deployment", "paretune-api")
+    scheduler = _one(objects, "Deployment", "paretune-scheduler")
+    hpa = _one(objects, "HorizontalPodAutoscaler", "paretune-api")
+    (api_container,) = _containers(api)
+    (scheduler_container,) = _containers(scheduler)
+    settings_default = next(f.default for f in dataclasses.fields(Settings) if f.name == "db_pool_size")
+    per_api = pool(api_container, settings_default) + MAX_OVERFLOW
+    per_scheduler = min(pool(scheduler_container, settings_default), SCHEDULER_POOL) + MAX_OVERFLOW
+    needed = (most_pods(api, hpa["spec"]["maxReplicas"]) * per_api
+              + most_pods(scheduler, scheduler["spec"]["replicas"]) * per_scheduler + 1)  # + the migration
+    assert int(hpa["metadata"]["annotations"]["paretune.dev/postgres-connections"]) == needed
 
 
 def test_migration_job(rendered: tuple[str, list[dict[str, Any]]]) -> None:
