@@ -106,7 +106,7 @@ class Sandbox:
             return
         key = (phase, study_id)
         with self._released:
-            while any(count and other != key and other[0] == phase for other, count in self.claims.items()):
+            while any(other[0] == phase and other != key for other in self.claims):
                 self._released.wait()
             self.claims[key] += 1
         try:
@@ -114,6 +114,8 @@ class Sandbox:
         finally:
             with self._released:
                 self.claims[key] -= 1
+                if not self.claims[key]:  # an agent serves many studies: keep only those running
+                    del self.claims[key]
                 self._released.notify_all()
 
     # -- directories ---------------------------------------------------------------------
@@ -209,7 +211,8 @@ class Sandbox:
         """Kill what a trial of `phase` left running: its process group; in a PID namespace
         everything but `keep_inner` (a sandbox's own namespace dies with it otherwise);
         without PID namespaces everything of the phase's sandbox uid but `keep`, the warm
-        runners and what the other runners run; and orphans this process inherited as their subreaper."""
+        runners and what the other runners run; and orphans this process inherited as their
+        subreaper."""
         if group is not None:
             kill_group(group)
         if namespace is not None:

@@ -262,7 +262,7 @@ def test_jobs_of_a_phase_at_once_belong_to_one_study_unless_namespaces_separate_
             assert "other study" not in entered
         waiting.join(timeout=5)
         assert entered["other study"] >= released
-        assert sandbox.claims == {("compile", 1): 0, ("run", 2): 0, ("compile", 2): 0}
+        assert not sandbox.claims  # every claim released
     finally:
         sandbox.close()
     separated = Sandbox(work_root=tmp_path / "ns")
