@@ -9,6 +9,7 @@ the front, because the service cannot tell which one a user would pick.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
@@ -190,6 +191,9 @@ def hypervolume_history(points_in_completion_order: ArrayLike, reference: Refere
     """
     ref = _as_reference(reference)
     array = _as_points(points_in_completion_order, n_objectives=ref.size)
+    if ref.size == 2:
+        running = Hypervolume2D(ref)
+        return [running.add(row) for row in array]
     front: IncrementalFront[int] = IncrementalFront(ref.size)
     history: list[float] = []
     current = 0.0
@@ -198,6 +202,37 @@ def hypervolume_history(points_in_completion_order: ArrayLike, reference: Refere
             current = hypervolume(front.points, ref)
         history.append(current)
     return history
+
+
+class Hypervolume2D:
+    """The area that two-objective points dominate within `reference`, kept as points are
+    added: O(log n) plus the points an addition covers, where `hypervolume` costs O(n log n)
+    each time. Adding a front's new members keeps the front's hypervolume, since members
+    leave a front only for a point that dominates them. Points not strictly inside the
+    reference (NaN among them) add nothing; one with a -inf coordinate makes it infinite."""
+
+    def __init__(self, reference: Reference) -> None:
+        ref = _as_reference(reference)
+        if ref.size != 2:
+            raise ValueError(f"a reference of 2 objectives, got {ref.size}")
+        if not np.all(np.isfinite(ref)):
+            raise ValueError("the reference point must be finite")
+        self._staircase = _Staircase(float(ref[0]), float(ref[1]))
+        self._infinite = False
+
+    @property
+    def volume(self) -> float:
+        return math.inf if self._infinite else self._staircase.area
+
+    def add(self, point: Sequence[float]) -> float:
+        """Adds one point; returns the volume now."""
+        x, y = float(point[0]), float(point[1])
+        if x < self._staircase.ref_x and y < self._staircase.ref_y:
+            if math.isinf(x) or math.isinf(y):
+                self._infinite = True
+            else:
+                self._staircase.add(x, y)
+        return self.volume
 
 
 # --- validation ----------------------------------------------------------------------------

@@ -43,12 +43,15 @@ class Front:
     """A study's current front as its scheduling step keeps it across steps: the members'
     points in minimisation space and, beside each, its point in baseline-relative space (NaN
     until the baseline completes, or where not finite) in one `pareto.IncrementalFront`, and
-    each member's values; computed once per member rather than once per result."""
+    each member's values; computed once per member rather than once per result. With two
+    objectives the hypervolume is kept as members join (`pareto.Hypervolume2D`)."""
 
     def __init__(self, study: Study, members: dict[int, dict[str, Any]]) -> None:
         self.values: dict[int, dict[str, Any]] = {}
         n = len(study.objectives)
         self.members: pareto.IncrementalFront[int] = pareto.IncrementalFront(n, n_extra=n)
+        self.reference = study.reference_point
+        self.volume = pareto.Hypervolume2D(self.reference) if n == 2 else None
         for key, values in members.items():
             self.offer(study, key, values)
 
@@ -57,23 +60,32 @@ class Front:
 
     def offer(self, study: Study, key: int, values: dict[str, Any]) -> tuple[bool, list[int]]:
         """Whether the trial `key` joins the front, and the members it pushes off."""
-        on_front, removed = self.members.update(key, minimised(values, study.objectives),
-                                                _relative_row(values, study))
+        relative = _relative_row(values, study)
+        on_front, removed = self.members.update(key, minimised(values, study.objectives), relative)
         for gone in removed:
             del self.values[gone]
         if on_front:
             self.values[key] = dict(values)
+            if self.volume is not None:
+                self.volume.add(relative)
         return on_front, removed
 
-    def relative_points(self) -> np.ndarray:
-        """The members' baseline-relative points that are known and finite."""
+    def hypervolume(self) -> float:
+        """Of the members' baseline-relative points that are known and finite."""
+        if self.volume is not None:
+            return self.volume.volume
         rows = self.members.extra
-        return rows[np.all(np.isfinite(rows), axis=1)]
+        finite = rows[np.all(np.isfinite(rows), axis=1)]
+        return float(pareto.hypervolume(finite, self.reference)) if len(finite) else 0.0
 
     def rebase(self, study: Study) -> None:
         """The baseline's values are new: every member's ratios are."""
         rows = [_relative_row(self.values[key], study) for key in self.members.member_keys()]
         self.members.extra = np.array(rows, dtype=float).reshape(len(rows), len(study.objectives))
+        if self.volume is not None:
+            self.volume = pareto.Hypervolume2D(self.reference)
+            for row in rows:
+                self.volume.add(row)
 
 
 def _relative_row(values: dict[str, Any], study: Study) -> tuple[float, ...]:
@@ -106,7 +118,7 @@ def on_completed(session: Session, study: Study, trial: Trial, front: Front, lef
         _on_baseline(session, study, trial)
         front.rebase(study)
     elif study.baseline_values and front_changed:
-        study.hypervolume = _front_hypervolume(study, front)
+        study.hypervolume = front.hypervolume()
     trial.hypervolume_after = study.hypervolume
 
 
@@ -126,13 +138,6 @@ def _update_front(study: Study, trial: Trial, front: Front, left: set[int]) -> b
     trial.on_front = on_front
     study.front_size = len(front)
     return on_front
-
-
-def _front_hypervolume(study: Study, front: Front) -> float | None:
-    finite = front.relative_points()
-    if not len(finite):
-        return 0.0
-    return float(pareto.hypervolume(finite, study.reference_point))
 
 
 def _on_baseline(session: Session, study: Study, baseline: Trial) -> None:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.domain.pareto import (
+    Hypervolume2D,
     IncrementalFront,
     dominates,
     hypervolume,
@@ -331,3 +332,40 @@ def test_hypervolume_history_is_the_running_hypervolume(points: np.ndarray) -> N
     expected = [hypervolume(points[: i + 1], reference) for i in range(len(points))]
     assert history == pytest.approx(expected, rel=1e-12, abs=1e-12)
     assert all(b >= a for a, b in itertools.pairwise(history))
+
+
+@examples
+@given(point_sets(min_m=2, max_m=2, max_n=40))
+def test_the_running_2d_hypervolume_is_that_of_the_points_so_far(points: np.ndarray) -> None:
+    reference = reference_for(points)
+    running = Hypervolume2D(reference)
+    for i, row in enumerate(points):
+        assert running.add(row) == pytest.approx(optuna_hypervolume(points[: i + 1], reference), rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_running_2d_hypervolume_follows_a_front_that_fills_in(seed: int) -> None:
+    """Thousands of points that mostly land on the front and push earlier members off (the
+    shape of a study's front as a sampler closes in), checked against Optuna at intervals."""
+    rng = np.random.default_rng(seed)
+    x = rng.random(3000)
+    y = (1 - np.sqrt(x)) * np.linspace(3.0, 1.0, 3000) + 0.01 * rng.random(3000)
+    points = np.column_stack([x, y])
+    reference = np.array([1.1, 3.5])
+    running = Hypervolume2D(reference)
+    for i, row in enumerate(points):
+        volume = running.add(row)
+        if i % 500 == 499:
+            assert volume == pytest.approx(optuna_hypervolume(points[: i + 1], reference), rel=1e-9)
+
+
+def test_the_running_2d_hypervolume_skips_the_unknown_and_refuses_a_bad_reference() -> None:
+    running = Hypervolume2D([2.0, 2.0])
+    assert running.add([math.nan, 1.0]) == 0.0  # unknown: adds nothing
+    assert running.add([3.0, 1.0]) == 0.0 and running.add([math.inf, 0.5]) == 0.0  # outside the reference
+    assert running.add([1.0, 1.0]) == 1.0
+    assert running.add([-math.inf, 1.5]) == math.inf  # as `hypervolume` says
+    with pytest.raises(ValueError, match="2 objectives"):
+        Hypervolume2D([1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="finite"):
+        Hypervolume2D([1.0, math.inf])
