@@ -93,41 +93,61 @@ def update_front(
 
 
 class IncrementalFront(Generic[K]):
-    """A front kept result by result, as `update_front` decides, with the members' points in
-    one array: each update is a vectorised pass over the members (a front of thousands costs
-    microseconds per result, not a Python loop over every member). Each member may carry a
-    row of other numbers (`extra`, e.g. its point in another space), kept in step with it."""
+    """A front kept result by result, as `update_front` decides. Each member may carry a row
+    of other numbers (`extra`, e.g. its point in another space), kept in step with it.
+
+    With two objectives the members are kept in x order (y then falls), so an update is two
+    bisections plus the members it pushes off: O(log n) on fronts of thousands. Otherwise
+    the members' points are one array and each update is a vectorised pass over them. Points
+    must not be NaN (a NaN point has no place in a dominance order)."""
 
     def __init__(self, n_objectives: int, n_extra: int = 0) -> None:
+        self._n_objectives, self._n_extra = n_objectives, n_extra
         self._keys: list[K] = []
-        self._points: FloatArray = np.empty((0, n_objectives))
-        self._extra: FloatArray = np.empty((0, n_extra))
+        if n_objectives == 2:
+            self._xs: list[float] = []
+            self._ys: list[float] = []
+            self._extra_rows: list[tuple[float, ...]] = []
+        else:
+            self._points: FloatArray = np.empty((0, n_objectives))
+            self._extra: FloatArray = np.empty((0, n_extra))
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def member_keys(self) -> list[K]:
+        """The members, in the order of `points` and `extra` (x order with two objectives,
+        the order they joined otherwise)."""
         return list(self._keys)
 
     @property
     def points(self) -> FloatArray:
         """The members' points, in the order of `member_keys()`."""
+        if self._n_objectives == 2:
+            return np.array([self._xs, self._ys], dtype=float).T.reshape(len(self._keys), 2)
         return self._points
 
     @property
     def extra(self) -> FloatArray:
         """The members' extra rows, in the order of `member_keys()`."""
+        if self._n_objectives == 2:
+            return np.array(self._extra_rows, dtype=float).reshape(len(self._keys), self._n_extra)
         return self._extra
 
     @extra.setter
     def extra(self, rows: FloatArray) -> None:
-        if rows.shape != self._extra.shape:
-            raise ValueError(f"extra rows of shape {rows.shape}; the front holds {self._extra.shape}")
-        self._extra = np.array(rows, dtype=float)
+        if rows.shape != (len(self._keys), self._n_extra):
+            raise ValueError(f"extra rows of shape {rows.shape}; the front holds {(len(self._keys), self._n_extra)}")
+        if self._n_objectives == 2:
+            self._extra_rows = [tuple(row) for row in rows.tolist()]
+        else:
+            self._extra = np.array(rows, dtype=float)
 
     def update(self, key: K, point: Sequence[float], extra: Sequence[float] = ()) -> tuple[bool, list[K]]:
         """Whether `point` joins the front, and the keys of the members it pushes off (both
         applied here)."""
+        if self._n_objectives == 2:
+            return self._update_2d(key, float(point[0]), float(point[1]), tuple(map(float, extra)))
         new = np.asarray(point, dtype=float)
         members, rows = self._points, self._extra
         removed: list[K] = []
@@ -142,6 +162,30 @@ class IncrementalFront(Generic[K]):
         self._keys.append(key)
         self._points = np.vstack([members, new[None, :]])
         self._extra = np.vstack([rows, np.asarray(extra, dtype=float).reshape(1, rows.shape[1])])
+        return True, removed
+
+    def _update_2d(self, key: K, x: float, y: float, extra: tuple[float, ...]) -> tuple[bool, list[K]]:
+        if math.isnan(x) or math.isnan(y):
+            raise ValueError("a point of the front is NaN; drop failed trials before Pareto sorting")
+        if len(extra) != self._n_extra:
+            raise ValueError(f"{len(extra)} extra numbers; the front holds {self._n_extra} per member")
+        xs, ys = self._xs, self._ys
+        # members are mutually non-dominated: in x order their y falls, strictly between
+        # different points (equal points share both). The member with the largest x not
+        # past `x` has the least y of those that could dominate the new point.
+        left = bisect_right(xs, x) - 1
+        if left >= 0 and (ys[left] < y or (ys[left] == y and xs[left] < x)):
+            return False, []
+        first = bisect_left(xs, x)
+        last = first
+        if not (first < len(xs) and xs[first] == x and ys[first] == y):  # an equal point pushes nothing off
+            while last < len(xs) and ys[last] >= y:
+                last += 1  # x and y no better than the new point's, one of them worse
+        removed = self._keys[first:last]
+        self._keys[first:last] = [key]
+        xs[first:last] = [x]
+        ys[first:last] = [y]
+        self._extra_rows[first:last] = [extra]
         return True, removed
 
 

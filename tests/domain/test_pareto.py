@@ -182,13 +182,29 @@ def test_the_incremental_front_decides_as_update_front_and_ends_on_the_batch_mas
     for index, row in enumerate(points):
         point = tuple(row.tolist())
         expected = update_front(front, index, point)
-        assert incremental.update(index, point, (index * 10.0,)) == expected
+        joined, removed = incremental.update(index, point, (index * 10.0,))
+        assert (joined, sorted(removed)) == (expected[0], sorted(expected[1]))
         front = [entry for entry in front if entry[0] not in set(expected[1])]
         if expected[0]:
             front.append((index, point))
-        assert incremental.member_keys() == [key for key, _ in front]
-        assert incremental.extra[:, 0].tolist() == [key * 10.0 for key, _ in front]  # each row stays with its member
+        keys = incremental.member_keys()
+        assert sorted(keys) == sorted(key for key, _ in front)
+        assert incremental.extra[:, 0].tolist() == [key * 10.0 for key in keys]  # each row stays with its member
+        assert incremental.points.tolist() == [list(points[key]) for key in keys]
     assert sorted(incremental.member_keys()) == np.flatnonzero(brute_force_mask(points)).tolist()
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_the_incremental_front_refuses_nan_and_extra_rows_of_another_shape(m: int) -> None:
+    front: IncrementalFront[str] = IncrementalFront(m, n_extra=1)
+    assert front.update("a", [1.0] * m, (5.0,)) == (True, [])
+    if m == 2:  # the vectorised path lets a NaN point join, as `update_front` does
+        with pytest.raises(ValueError, match="NaN"):
+            front.update("b", [math.nan, 0.0], (6.0,))
+    with pytest.raises(ValueError, match="extra rows of shape"):
+        front.extra = np.zeros((2, 1))
+    front.extra = np.array([[7.0]])
+    assert front.extra.tolist() == [[7.0]] and front.member_keys() == ["a"]
 
 
 def test_update_front_leaves_its_input_alone() -> None:
