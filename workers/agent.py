@@ -18,7 +18,9 @@ Stopping (SIGTERM, or the stop event of run_agent): the agent stops leasing and 
 trials it holds run to the end and their results are posted, if that takes no longer than
 drain_timeout_s. Past that, or on a second SIGTERM/SIGINT (abort), the sandboxes are killed
 and the agent exits without posting; it stops heartbeating, so the leases expire after
-lease_s and the service re-queues the trials.
+lease_s and the service re-queues the trials. An agent that holds nothing, its leasers
+waiting in long-polls, exits at once: the service leases nothing to a poll whose worker
+went away, and a lease that still comes is not run (it expires).
 """
 
 from __future__ import annotations
@@ -165,6 +167,9 @@ class Agent:
         self.held: dict[str, HeldLease] = {}
         self.held_lock = threading.Lock()
         self.device_lock = threading.Lock()
+        self.poll_lock = threading.Lock()
+        self.polling = 0  # leasers waiting in a long-poll, holding nothing
+        self.polls_abandoned = False  # the agent stopped without waiting for those long-polls to end
         self.stop_seen_at: float | None = None
         self.worker_id = 0
         self.register_request: RegisterRequest | None = None
@@ -334,10 +339,11 @@ class Agent:
 
     def _leaser_loop(self) -> None:
         try:
-            while not self.stop.is_set():
+            # a lease that came with the last result is run even once stopping: it is held
+            while not self.stop.is_set() or not self.handed.empty():
                 if not self.slots.acquire(timeout=0.2):
                     continue
-                if self._budget_spent() or self.stop.is_set():
+                if self._budget_spent() or (self.stop.is_set() and self.handed.empty()):
                     self.slots.release()
                     break
                 lease = self._lease_once()
@@ -348,7 +354,8 @@ class Agent:
                 self._compile(held)
                 self.ready.put(held)
         except Exception:
-            log.exception("the leaser failed; stopping the worker")
+            if not self.polls_abandoned:  # else the client closed under its long-poll
+                log.exception("the leaser failed; stopping the worker")
             self.stop.set()
         finally:
             self.ready.put(None)
@@ -360,6 +367,32 @@ class Agent:
     def _lease_once(self) -> Lease | None:
         with contextlib.suppress(queue.Empty):
             return self.handed.get_nowait()
+        with self.poll_lock:
+            self.polling += 1
+        try:
+            lease = self._long_poll()
+        finally:
+            with self.poll_lock:
+                self.polling -= 1
+                abandoned = self.polls_abandoned
+        if abandoned and lease is not None:
+            self.summary.abandoned += 1
+            log.warning("%s was leased as the worker stopped: not run; the service queues it again when its "
+                        "lease expires", f"trial {lease.trial.trial_id}" if lease.trial else "a validation job")
+            return None
+        return lease
+
+    def _all_polling(self, leasing: int) -> bool:
+        """Whether each of the `leasing` leasers still going waits in a long-poll and nothing
+        is held: a stopping agent then exits without waiting for the polls to end (the
+        service leases nothing to a worker that went away; a lease that comes anyway is not
+        run and expires)."""
+        with self.poll_lock:
+            if self.polling == leasing and self.ready.empty():
+                self.polls_abandoned = True
+            return self.polls_abandoned
+
+    def _long_poll(self) -> Lease | None:
         request = LeaseRequest(worker_id=self.worker_id, wait_s=self.config.wait_s)
         try:
             return self.client.lease(request)
@@ -456,6 +489,8 @@ class Agent:
             try:
                 held = self.ready.get(timeout=0.2)
             except queue.Empty:
+                if self.stop.is_set() and self._all_polling(leasing):
+                    return
                 continue
             if held is None:
                 leasing -= 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -66,9 +66,9 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
 
 
 @router.post("/leases", response_model=wire.Lease, responses={204: {"description": "nothing queued in time"}})
-async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDep) -> object:
+async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDep, request: Request) -> object:
     """Long-poll: returns a lease as soon as a trial of the worker's pool is queued, or
-    204 after `wait_s`."""
+    204 after `wait_s`. A worker that went away meanwhile (it stopped) is leased nothing."""
     principal.require_worker()
     deadline = time.monotonic() + body.wait_s
     notifier = state.notifier
@@ -76,6 +76,8 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
     while True:
         unanswered = notifier.unanswered_pool_wakeups
         if queue is None or not state.empty_queues.known_empty(queue, unanswered):
+            if queue is not None and await request.is_disconnected():
+                return Response(status_code=204)
             started = time.perf_counter()
             reply, worker = await state.db.run(lease_once, state, principal, body.worker_id)
             state.metrics.lease_seconds.observe(time.perf_counter() - started)

@@ -216,6 +216,26 @@ def test_stop_event_drains_held_trials(tmp_path):
     assert len(plane.queue) == len(specs) - summary.leased
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["one-leaser", "two-leasers"])
+def test_an_idle_agent_stops_without_waiting_out_its_long_polls(tmp_path, prefetch, caplog):
+    plane = Plane(heartbeat_s=0.2, lease_s=2)
+    with PlaneServer(plane) as server:
+        handle = start_agent_thread(_config(server, tmp_path, wait_s=20, prefetch=prefetch, lease_ahead=2,
+                                            compilers=2))
+        wait_for(lambda: plane.registered, 30, "the agent to register")
+        time.sleep(0.5)  # its leasers long-poll the empty queue
+        started = time.monotonic()
+        summary = handle.stop(timeout=30)
+        stopped_s = time.monotonic() - started
+        spec = make_spec(python_kernel("tradeoff"), {"x": 0.1}, objectives=["f1"])
+        plane.add(spec)  # queued while a poll may still wait: whatever leases it, it is not run
+        time.sleep(1.0)
+    assert summary is not None and summary.error is None and summary.leased == 0
+    assert stopped_s < 5, stopped_s  # not the 20 s of its long-polls
+    assert not plane.results and not plane.heartbeats
+    assert "the leaser failed" not in caplog.text
+
+
 def test_bad_token_stops_the_agent_with_an_error(tmp_path):
     with PlaneServer(Plane()) as server:
         config = _config(server, tmp_path)
