@@ -4,12 +4,14 @@ to end; the service then leases nothing to it, so no trial waits out a lease nob
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import fake_worker
+import httpx
 from conftest import study_doc
 from helpers import start_service, wait_for
 
@@ -25,7 +27,9 @@ def test_a_long_poll_whose_worker_went_away_is_leased_nothing(tmp_path: Path) ->
         poll = socket.create_connection((address.hostname, address.port))
         poll.sendall(b"POST /v1/leases HTTP/1.1\r\nHost: paretune\r\nContent-Type: application/json\r\n"
                      + f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-        time.sleep(0.5)  # the poll finds the queue empty and waits
+        # the poll found the queue empty and waits
+        wait_for(lambda: re.search(r"^paretune_lease_seconds_count 1\.0$", httpx.get(f"{service.url}/metrics").text,
+                                   re.M), 30, service.log_path)
         poll.close()  # the worker stopped
         admin = service.client()
         study = admin.post("/v1/studies", json=study_doc(parallelism=2)).json()
