@@ -18,6 +18,7 @@ from service.api import accounts, artifacts, ops, studies, trials, workers
 from service.api.deps import AppState
 from service.artifacts import validations
 from service.config import Settings
+from service.controls.catalog import ControlsCatalog
 from service.http import BodyLimit, install_error_handlers
 from service.metrics import Metrics
 from service.notify import Notifier, postgres_dsn, stop_tasks
@@ -40,7 +41,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await run_in_threadpool(prepare_schema, db.engine, settings.migrate_on_start)
         notifier = Notifier(settings.redis_url, postgres_dsn(settings.database_url))
         await notifier.start()
-        cache = MirrorCache()
+        cache = MirrorCache(catalog=ControlsCatalog(settings.controls_catalog))
         metrics = Metrics(db)
         scheduler = Scheduler(db, cache, notifier, settings, observe=metrics.step_seconds.observe)
         state = AppState(settings, db, cache, notifier, metrics, scheduler)

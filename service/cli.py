@@ -20,6 +20,7 @@ from rich.table import Table
 
 from service.artifact_cli import artifact_app, error_message
 from workers.cli import worker as run_worker_command
+from workers.toolchain_cli import toolchain_app
 
 app = typer.Typer(help="paretune: multi-objective Pareto tuning of GPU kernel configurations.",
                   no_args_is_help=True, add_completion=False)
@@ -30,6 +31,7 @@ app.add_typer(study_app, name="study")
 app.add_typer(token_app, name="token")
 app.add_typer(db_app, name="db")
 app.add_typer(artifact_app, name="artifact")
+app.add_typer(toolchain_app, name="toolchain")
 console = Console()
 err = Console(stderr=True)
 

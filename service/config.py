@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.controls.catalog import configured_directory
 from service.domain.limits import MAX_BODY_BYTES
 
 
@@ -30,6 +31,8 @@ class Settings:
     migrate_on_start: bool = True  # false: a migration job upgrades the schema, replicas only check it
     db_pool_size: int = 30  # steady Postgres connections of one server process (10 more under load)
     scheduler_process: bool = False  # true: a scheduler process runs the studies' steps, not this one
+    # the operator's CompileIQ search-space mirror (manifest.json and its binaries): docs/acf.md
+    controls_catalog: Path | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -48,6 +51,7 @@ class Settings:
             migrate_on_start=os.environ.get("PARETUNE_MIGRATE_ON_START", "true").lower() not in ("0", "false", "no"),
             db_pool_size=int(os.environ.get("PARETUNE_DB_POOL_SIZE", 30)),
             scheduler_process=os.environ.get("PARETUNE_SCHEDULER_PROCESS", "false").lower() in ("1", "true", "yes"),
+            controls_catalog=configured_directory(),
         )
 
     @property

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers import isolation_limits
+from workers import isolation_limits, toolchains
 from workers.backends import BackendUnavailable, get_backend, probe_backends
 from workers.backends.python_backend import PYTHON_PATHS_ENV
 from workers.cache import ArtifactCache, default_cache_dir
@@ -100,6 +100,7 @@ class AgentConfig:
     work_dir: Path | None = None  # job directories (default: a fresh temporary directory)
     private_paths: list[Path] = field(default_factory=list)  # made unreadable to other users
     own_process: bool = False  # the agent is its process (`paretune worker`): it may take it over
+    toolchain: str | None = None  # the CUDA toolchain trials compile with (workers.toolchains.find)
 
 
 @dataclass
@@ -151,6 +152,7 @@ class HeldLease:
 class Agent:
     def __init__(self, config: AgentConfig, stop_event: threading.Event | None = None) -> None:
         self.config = config
+        self.toolchain = _select_toolchain(config.toolchain)
         self.stop = stop_event or threading.Event()
         self.abort = threading.Event()
         self.done = threading.Event()
@@ -193,6 +195,10 @@ class Agent:
             become_subreaper()  # a trial's setsid double-forked children become ours to kill
             hide_from_same_user()  # no trial of our user reads our environment or memory
         overrides = {"CUDA_VISIBLE_DEVICES": str(config.gpu)} if config.gpu is not None else {}
+        toolchain_dirs: list[str] = []
+        if config.toolchain and self.toolchain is not None:
+            overrides.update(self.toolchain.environment())
+            toolchain_dirs.append(str(self.toolchain.root))
         read_only = tuple(str(p.resolve()) for p in config.python_paths)
         for directory in read_only:
             if os.stat(directory).st_mode & 0o005 != 0o005:
@@ -200,6 +206,7 @@ class Agent:
                             "from it (chmod o+rx)", directory)
         if read_only:
             overrides[PYTHON_PATHS_ENV] = os.pathsep.join(read_only)
+        read_only += tuple(toolchain_dirs)
         work = config.work_dir
         sandbox = Sandbox(caps=isolation_limits.caps(config.limits), work_root=work, env_overrides=overrides,
                           reap_orphans=config.own_process)
@@ -301,7 +308,7 @@ class Agent:
             reasons = "; ".join(f"{n}: {p.get('reason', '')}" for n, p in probes.items())
             raise AgentError(f"no backend can run on this machine ({reasons})")
         fingerprint = collect(probes, gpu=self.config.gpu, isolation=self.sandbox.isolation.describe(),
-                              limits=self.sandbox.caps.model_dump())
+                              limits=self.sandbox.caps.model_dump(), toolchain=self.toolchain)
         name = self.config.name or f"{socket.gethostname()}-{os.getpid()}"
         self.register_request = RegisterRequest(name=name, pool=self.config.pool, fingerprint=fingerprint)
         self._send_registration()
@@ -626,6 +633,20 @@ class Agent:
                 held.drop(why)
 
 
+def _select_toolchain(requested: str | None) -> toolchains.Toolchain | None:
+    """The toolchain trials compile with: the one asked for (its ptxas is then also the one
+    Triton uses, in this process's probes and in every sandbox), else this environment's own,
+    if any. AgentError names what is installed when the one asked for is not."""
+    if not requested:
+        return toolchains.selected()
+    try:
+        toolchain = toolchains.find(requested)
+    except toolchains.ToolchainError as exc:
+        raise AgentError(str(exc)) from None
+    os.environ.update(toolchain.environment())
+    return toolchain
+
+
 def _data_dir() -> list[Path]:
     """The embedded service's data directory (its SQLite database), when it is here."""
     path = Path(os.environ.get("PARETUNE_DATA_DIR") or Path.cwd() / ".paretune")
@@ -723,7 +744,7 @@ def start_agent_process(config: AgentConfig, log_path: Path | None = None) -> su
             command += [option, ",".join(map(str, cpus))]
     command += ["--isolation", config.isolation]
     for option, value in (("--sandbox-uid", config.sandbox_uid), ("--bwrap", config.bwrap),
-                          ("--work-dir", config.work_dir)):
+                          ("--work-dir", config.work_dir), ("--toolchain", config.toolchain)):
         if value is not None:
             command += [option, str(value)]
     for path in config.python_paths:

@@ -174,6 +174,13 @@ def worker(
     max_disk_mb: Annotated[
         int | None, typer.Option(help="Cap on a trial's job directory (default 4096)", min=1)
     ] = None,
+    toolchain: Annotated[
+        str | None,
+        typer.Option(help="The CUDA toolchain trials compile with: a version of nvidia-cuda-nvcc (13.3.73, or 13.3 "
+                     "for its newest installed patch) or a directory holding bin/ptxas; `paretune toolchain list` "
+                     "shows them (default: this environment's nvidia-cuda-nvcc, Triton's own ptxas for Triton)",
+                     envvar="PARETUNE_TOOLCHAIN"),
+    ] = None,
 ) -> None:
     """Run a worker agent: lease trials, compile, check and measure them, report results.
 
@@ -218,6 +225,7 @@ def worker(
         python_paths=list(python_path or []),
         work_dir=work_dir,
         private_paths=[token_file] if token_file else [],
+        toolchain=toolchain,
         own_process=True,  # this function is the program (`paretune worker`, `python -m workers`)
     )
     try:

@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # 2: a worker may report failure reason `infeasible` and its GPU's `device_limits`, which a
 # version-1 control plane would refuse; it serves version-1 workers unchanged
-CONTRACT_VERSION = 2
+# 3: a kernel may name compiler controls parameters and a trial carry the files they name,
+# and a trial may be compile-only; the fields are left out of what a study without them sends
+CONTRACT_VERSION = 3
 CONTRACT_HEADER = "X-Paretune-Contract"  # every worker request names its CONTRACT_VERSION
 
 
@@ -109,6 +111,28 @@ class WorkloadShape(BaseModel):
     weight: float = Field(default=1.0, gt=0, le=1e12)
 
 
+class ControlsParameter(BaseModel):
+    """A parameter of the space whose value names an NVIDIA Advanced Controls File (the
+    sha256 of its bytes) or "none": which compiler applies it and the release it is for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compiler: Literal["ptxas", "nvcc"]
+    version: str = Field(max_length=16)  # the compiler release: "13.3"
+
+
+NO_CONTROLS = "none"  # a controls parameter's value that applies no file
+
+
+class ControlsFile(BaseModel):
+    """The bytes of an Advanced Controls File a configuration names, by their sha256."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    content_base64: str = Field(max_length=1 << 20)
+
+
 class KernelSpec(BaseModel):
     """What to compile and run. Either a built-in kernel name or user source."""
 
@@ -116,10 +140,12 @@ class KernelSpec(BaseModel):
 
     backend: str
     builtin: str | None = None
-    source: str | None = None  # C/CUDA/Triton source text, or "module:function" for python
+    source: str | None = None  # C/CUDA/Triton/PTX source text, or "module:function" for python
     entry: str | None = None  # function/kernel symbol in the source
     workload: list[WorkloadShape] = Field(default_factory=list)
     options: dict[str, Any] = Field(default_factory=dict)  # backend-specific settings
+    # configuration keys that name compiler controls files (not kernel parameters)
+    controls: dict[str, ControlsParameter] = Field(default_factory=dict, exclude_if=lambda value: not value)
 
 
 class MeasureSettings(BaseModel):
@@ -169,6 +195,9 @@ class TrialSpec(BaseModel):
     # a study that screens: "screen" (objectives and measure are the screen's) or "full"
     stage: Stage | None = None
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)  # the study's own lower limits
+    # every objective is a compile metric (COMPILE_METRICS): compiled, never run; no GPU needed
+    compile_only: bool = Field(default=False, exclude_if=lambda value: not value)
+    acfs: list[ControlsFile] = Field(default_factory=list, exclude_if=lambda value: not value)  # files it names
 
 
 class ValidationCandidate(BaseModel):
@@ -200,6 +229,8 @@ class ValidationSpec(BaseModel):
     shapes: list[WorkloadShape] = Field(default_factory=list)
     compile_timeout_s: float = Field(gt=0)  # for each configuration
     run_timeout_s: float = Field(gt=0)  # the whole run: every check and every round
+    compile_only: bool = Field(default=False, exclude_if=lambda value: not value)  # as TrialSpec's
+    acfs: list[ControlsFile] = Field(default_factory=list, exclude_if=lambda value: not value)
 
     @model_validator(mode="after")
     def _distinct_candidates(self) -> ValidationSpec:
@@ -240,9 +271,28 @@ class HeartbeatResponse(BaseModel):
     cancel: bool = False  # the study was cancelled: stop the trial and post nothing
 
 
-# Metrics that are amounts of time, energy or power: never negative.
-NON_NEGATIVE_METRICS = frozenset({"runtime_ms", "latency_ms", "p99_ms", "energy_mj", "power_w", "compile_s"})
-NON_NEGATIVE_UNITS = frozenset({"ns", "us", "ms", "s", "mJ", "J", "W"})
+# What the compiler reports of a build, measured without running it (name -> (unit,
+# meaning)): the objectives of a compile-only study, which needs no GPU.
+COMPILE_METRICS: dict[str, tuple[str, str]] = {
+    "registers": ("regs", "registers per thread (the most of any shape)"),
+    "spill_bytes": ("B", "spill stores plus spill loads per thread"),
+    "spill_store_bytes": ("B", "spill stores per thread"),
+    "spill_load_bytes": ("B", "spill loads per thread"),
+    "stack_frame_bytes": ("B", "stack frame per thread"),
+    "smem_bytes": ("B", "static shared memory per block"),
+    "sass_bytes": ("B", "machine code (the cubin's .text sections)"),
+    "compile_s": ("s", "compile time of the configuration"),
+}
+
+
+def compile_only(metrics: list[str]) -> bool:
+    """Whether a study of these objectives and constraint metrics compiles and never runs."""
+    return bool(metrics) and all(name in COMPILE_METRICS for name in metrics)
+
+
+# Metrics that are amounts (time, energy, power, bytes, registers): never negative.
+NON_NEGATIVE_METRICS = frozenset({"runtime_ms", "latency_ms", "p99_ms", "energy_mj", "power_w", *COMPILE_METRICS})
+NON_NEGATIVE_UNITS = frozenset({"ns", "us", "ms", "s", "mJ", "J", "W", "B", "regs"})
 
 
 def _finite(value: float, what: str) -> float:

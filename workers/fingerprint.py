@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.contract import Fingerprint
+from workers.toolchains import Toolchain
 
 
 def cpu_model() -> str:
@@ -102,10 +103,12 @@ def collect(
     gpu: int | None = None,
     isolation: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
+    toolchain: Toolchain | None = None,
 ) -> Fingerprint:
     """The fingerprint of this machine given the backends' probe() results; `gpu` is the
     one GPU the worker is pinned to, if any; `isolation` how its trials are isolated
-    (Isolation.describe()) and `limits` the caps on their resources."""
+    (Isolation.describe()), `limits` the caps on their resources and `toolchain` the CUDA
+    toolchain its trials compile with."""
     compilers: dict[str, str] = {}
     cc = cc_version()
     if cc:
@@ -126,6 +129,8 @@ def collect(
         **(gpu_identity(gpu) if gpu is not None else {}),
         **({"isolation_detail": isolation} if isolation else {}),
         **({"sandbox_limits": limits} if limits else {}),
+        **({"toolchain": {"package": toolchain.package, "version": toolchain.version,
+                          "release": toolchain.release, "ptxas": toolchain.version}} if toolchain else {}),
     }
     limits = next((probes[name]["device_limits"] for name in available if probes[name].get("device_limits")), None)
     return Fingerprint(

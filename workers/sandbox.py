@@ -9,7 +9,8 @@ runner, see workers.runner) in a sandbox of the agent's isolation level
            directory; the agent then copies the build into the artifact cache (never the
            sandbox), so a configuration seen before skips this phase;
   run      check + measure under run_timeout_s, on the measurement CPUs, on a verified copy
-           of the build.
+           of the build; a compile-only trial has no run phase: its build's compiler
+           report is its measurement (workers.ptxas).
 On a timeout, a cancel or a limit (the job directory over its disk limit) the sandbox is
 killed, and after every phase everything it left running is (workers.isolation_jobs.sweep).
 A process that dies from a signal fails the trial with reason `crash` and the signal name.
@@ -41,6 +42,7 @@ from workers.contract import FailureReason, Metric, TrialResult, TrialSpec, Vali
 from workers.isolation import sandbox_env
 from workers.isolation_files import UnsafeFile, read_untrusted
 from workers.isolation_jobs import BUILD, TOOL_CACHE, Job, Sandbox, default_sandbox
+from workers.ptxas import metrics_of
 from workers.runner import RunnerPool, WarmRunner, read_from, wait_until
 
 log = logging.getLogger(__name__)
@@ -352,7 +354,8 @@ def compile_trial(
         backend = get_backend(spec.kernel.backend)
         if not needs_compile(backend):
             return CompileStage(built=CompiledKernel(_stage_dir(sandbox), report={"compile_s": 0.0}))
-        key = backend.cache_key(spec.kernel, spec.config)
+        key = backend.cache_key(spec.kernel, spec.config, compile_only=True) if spec.compile_only \
+            else backend.cache_key(spec.kernel, spec.config)
     except BackendUnavailable as exc:
         return CompileStage(failure=failed(FailureReason.UNSUPPORTED, str(exc)))
     except TrialFailure as exc:
@@ -481,6 +484,8 @@ def _run_stage(
         "compile_s": float(built.report.get("compile_s", 0.0)),
         "compile_wall_s": stage.wall_s,
     }
+    if spec.compile_only:  # nothing runs: the compiler's report is the measurement
+        return _compiled_result(spec, built, compile_report, base_timings)
     with phase_job(sandbox, runners, "run", spec) as (job, runner):
         place_build(sandbox, job, built)
         extra = {"built": {"directory": job.build_inside, "files": built.files, "report": built.report, "log": ""}}
@@ -516,6 +521,22 @@ def _run_stage(
     log_text = tail(built.log) + ("\n" + outcome.log if outcome.log.strip() else "")
     result.log = tail(log_text.strip(), 16_000)
     return result
+
+
+def _compiled_result(spec: TrialSpec, built: CompiledKernel, compile_report: dict[str, Any],
+                     timings: dict[str, float]) -> TrialResult:
+    """A compile-only trial's result, from its build's report (workers.ptxas)."""
+    from workers.backends.ptx_backend import compiled_check
+
+    check = compiled_check(built)
+    common: dict[str, Any] = {"compile_report": compile_report, "timings": timings,
+                              "correctness": {"passed": check.passed, **check.details},
+                              "environment": {"compile_only": True}}
+    try:
+        metrics = metrics_of(built.report, spec.objectives)
+    except TrialFailure as exc:
+        return failed(exc.reason, exc.message, **common)
+    return TrialResult(status="completed", metrics=metrics, log=tail(built.log.strip(), 16_000), **common)
 
 
 def _numbers(value: Any) -> dict[str, float]:

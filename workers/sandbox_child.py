@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from workers import isolation_limits
+from workers import controls, isolation_limits
 from workers.backends import BackendUnavailable, get_backend
 from workers.backends.base import Backend, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, TrialSpec
@@ -41,7 +41,9 @@ _PR_SET_PDEATHSIG = 1
 
 def _compile(backend: Backend, spec: TrialSpec, workdir: Path) -> dict[str, Any]:
     started = time.perf_counter()
-    built = backend.compile(spec.kernel, spec.config, workdir)
+    controls.write(spec.acfs, workdir)  # part of the build: the run phase applies them too
+    built = (backend.compile(spec.kernel, spec.config, workdir, compile_only=True) if spec.compile_only
+             else backend.compile(spec.kernel, spec.config, workdir))
     report = dict(built.report)
     report.setdefault("compile_s", time.perf_counter() - started)
     return {"files": built.files, "report": report, "log": built.log[-LOG_LIMIT:]}

@@ -18,6 +18,8 @@ from service.accounts.principals import PrincipalCache
 from service.accounts.tokens import PREFIX_CHARS, AuthenticationFailed, Principal, authenticate, hash_token
 from service.artifacts.signing import SigningKey, load_signing_key
 from service.config import Settings
+from service.controls.catalog import ControlsCatalog
+from service.controls.files import ControlsFiles
 from service.errors import TooManyRequests
 from service.metrics import Metrics
 from service.notify import Notifier
@@ -41,11 +43,17 @@ class AppState:
     metrics: Metrics
     scheduler: Scheduler
     specs: StudySpecs = field(default_factory=StudySpecs)
+    controls_files: ControlsFiles = field(default_factory=ControlsFiles)
     workers: WorkerDirectory = field(default_factory=WorkerDirectory)
     principals: PrincipalCache = field(default_factory=lambda: PrincipalCache(PRINCIPAL_TTL_S))
     auth_failures: FailureLimiter = field(init=False)
     empty_queues: EmptyQueues = field(init=False)
     _signing: SigningKey | None = field(default=None, init=False)
+
+    @property
+    def catalog(self) -> ControlsCatalog:
+        """The operator's CompileIQ search-space catalog (the scheduling steps read the same)."""
+        return self.cache.catalog
 
     def __post_init__(self) -> None:
         self.auth_failures = FailureLimiter(self.settings.auth_failure_limit, self.settings.auth_failure_window_s)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -23,6 +23,7 @@ from service.api.schemas import Utc
 from service.errors import Forbidden
 from service.store.models import Pool, utcnow
 from workers.contract import IsolationLevel
+from workers.toolchains import release_of
 
 # Included by service.api.workers under its /v1 prefix.
 router = APIRouter(tags=["pools"])
@@ -35,8 +36,11 @@ _rules_lock = threading.Lock()
 class PoolIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    min_isolation: IsolationLevel
+    min_isolation: IsolationLevel = IsolationLevel.NONE
     auto_revalidate: bool = False  # re-validate artifacts at once when a worker makes them stale
+    # the CUDA toolchain its workers must compile with: nvidia-cuda-nvcc's exact version
+    # (13.3.73) or a release (13.3); a worker with another is refused at registration
+    toolchain: str | None = Field(default=None, pattern=r"^(nvidia-cuda-nvcc==)?\d+\.\d+(\.\d+)?$")
 
 
 class PoolOut(BaseModel):
@@ -45,6 +49,7 @@ class PoolOut(BaseModel):
     name: str
     min_isolation: IsolationLevel
     auto_revalidate: bool
+    toolchain: str | None = None
     created_at: Utc
     updated_at: Utc
 
@@ -85,6 +90,21 @@ def require_isolation(session: Session, pool: str, level: str | None, *, cached:
         )
 
 
+def require_toolchain(session: Session, pool: str, toolchain: dict[str, Any] | None) -> None:
+    """Forbidden (naming both) when a worker compiling with `toolchain` (its fingerprint's)
+    may not serve `pool`, which requires another."""
+    row = session.get(Pool, pool)
+    rule = row.toolchain if row is not None else None
+    if not rule:
+        return
+    version = str((toolchain or {}).get("version") or "")
+    if version != rule and release_of(version) != rule:
+        raise Forbidden(f"pool {pool!r} requires the CUDA toolchain nvidia-cuda-nvcc {rule}; this worker compiles "
+                        f"with {version or 'none'}: start it with --toolchain {rule} (paretune toolchain install "
+                        f"nvidia-cuda-nvcc=={rule if rule.count('.') == 2 else rule + '.X'})",
+                        field="fingerprint.toolchain")
+
+
 @router.put("/pools/{name}", response_model=PoolOut)
 def put_pool(name: PoolName, body: PoolIn, principal: PrincipalDep, session: WriteSession) -> PoolOut:
     """Set the isolation level a pool requires and whether it re-validates stale artifacts (operator only)."""
@@ -92,13 +112,14 @@ def put_pool(name: PoolName, body: PoolIn, principal: PrincipalDep, session: Wri
         raise Forbidden("only the operator's admin token can set a pool's requirements")
     row = session.get(Pool, name)
     now = utcnow()
+    toolchain = body.toolchain.removeprefix("nvidia-cuda-nvcc==") if body.toolchain else None
     if row is None:
         row = Pool(name=name, min_isolation=body.min_isolation.value, auto_revalidate=body.auto_revalidate,
-                   created_at=now, updated_at=now)
+                   toolchain=toolchain, created_at=now, updated_at=now)
         session.add(row)
     else:
         row.min_isolation, row.auto_revalidate = body.min_isolation.value, body.auto_revalidate
-        row.updated_at = now
+        row.toolchain, row.updated_at = toolchain, now
     session.flush()
     with _rules_lock:
         _rules.pop((str(session.get_bind().engine.url), name), None)

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from service.api.deps import PrincipalDep, ReadSession, StateDep, StudyId, WriteSession
 from service.api.schemas import ERROR_RESPONSES, DocumentedAs, StudyList, StudyOut
 from service.artifacts import catalog
+from service.controls import studies as controls
 from service.domain import study_doc as sd
 from service.domain.states import StudyState
 from service.errors import Invalid
@@ -49,6 +50,7 @@ def create_study(
     if normalised.get("warm_start") == "catalog":
         normalised["warm_start_configs"] = catalog.warm_start(session, principal.team_id, normalised)
     warm_start.resolve(session, principal.team_id, normalised)
+    controls.resolve(session, state.catalog, normalised)
     study = lifecycle.create(session, principal.team_id, principal.token_id, normalised)
     after_commit(session, lambda: state.scheduler.wake(study.id))  # its step queues the first trials
     after_commit(session, lambda: state.notifier.notify("studies"))

@@ -49,6 +49,7 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
             raise Invalid("text must not contain NUL characters", field=field)
     fingerprint = body.fingerprint
     pools.require_isolation(session, body.pool, fingerprint.isolation)
+    pools.require_toolchain(session, body.pool, (fingerprint.model_extra or {}).get("toolchain"))
     worker = Worker(name=body.name, pool=body.pool, token_id=principal.token_id,
                     fingerprint=storable(fingerprint.model_dump(mode="json")),
                     backends=storable(list(fingerprint.backends)), energy=fingerprint.energy)
@@ -83,7 +84,7 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
             state.metrics.lease_seconds.observe(time.perf_counter() - started)
             if reply is not None:
                 return reply
-            queue = QueueKey(worker.pool, worker.backends, worker.energy)
+            queue = QueueKey.of(worker)
             state.empty_queues.found_empty(queue, unanswered)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -109,7 +110,10 @@ def next_work(session: Session, state: AppState, worker: WorkerInfo) -> wire.Lea
     trial = leases.acquire(session, worker, state.settings)
     if trial is None:
         return None
-    return leases.lease_reply(trial, state.specs.get(session, trial.study_id), state.settings)
+    spec = state.specs.get(session, trial.study_id)
+    acfs = state.controls_files.for_config(session, spec.kernel.controls, trial.config) if spec.kernel.controls \
+        else None
+    return leases.lease_reply(trial, spec, state.settings, acfs)
 
 
 @router.post("/leases/{token}/heartbeat", response_model=wire.HeartbeatResponse)

@@ -27,6 +27,8 @@ from sqlalchemy.orm import Session
 
 from service.artifacts import audit
 from service.config import Settings
+from service.controls import files as controls_files
+from service.domain import study_doc as sd
 from service.domain.artifact_states import (
     JOB_FINISHED,
     CandidateState,
@@ -90,6 +92,8 @@ def start(session: Session, study: Study, candidates: list[Candidate], *, rounds
     session.flush()
     configs = 1 + len(candidates)
     limits = doc["limits"]
+    acfs = controls_files.read(session, controls_files.named(kernel.controls,
+                                                             [validation.baseline, *(c.config for c in candidates)]))
     for block in blocks:
         spec = wire.ValidationSpec(
             validation_id=validation.id, job_id=0, study_id=study.id, kernel=kernel, baseline=validation.baseline,
@@ -98,10 +102,12 @@ def start(session: Session, study: Study, candidates: list[Candidate], *, rounds
             measure=wire.MeasureSettings.model_validate(measure),
             compile_timeout_s=limits["compile_timeout_s"],
             run_timeout_s=min(MAX_RUN_TIMEOUT_S, limits["run_timeout_s"] * configs * (block + 1)),
+            compile_only=bool(doc.get("compile_only", False)), acfs=acfs,
         )
         session.add(ValidationJob(
             validation_id=validation.id, study_id=study.id, pool=study.pool, backend=study.backend,
-            requires_energy=study.requires_energy, state=JobState.QUEUED.value,
+            requires_energy=study.requires_energy, requires_gpu=sd.requires_gpu(study.backend, doc),
+            state=JobState.QUEUED.value,
             spec=spec.model_dump(mode="json", exclude={"job_id", "attempt"}), rounds=block,
             max_attempts=limits["max_attempts"],
         ))
@@ -145,7 +151,7 @@ QUEUED_HINT = QueuedJobsHint()
 
 def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> wire.Lease | None:
     """Lease the oldest queued validation job of the worker's pool that it can run."""
-    queue = QueueKey(worker.pool, worker.backends, worker.energy)
+    queue = QueueKey.of(worker)
     if QUEUED_HINT.skip(queue):
         return None
     count_before = QUEUED_HINT.count
@@ -155,6 +161,8 @@ def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> wire.Le
             .order_by(ValidationJob.id).limit(1))
     if not worker.energy:
         stmt = stmt.where(ValidationJob.requires_energy.is_(False))
+    if not worker.gpu:
+        stmt = stmt.where(ValidationJob.requires_gpu.is_(False))
     if is_postgres(session):
         stmt = stmt.with_for_update(skip_locked=True)
     job = session.execute(stmt).scalar_one_or_none()

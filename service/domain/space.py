@@ -94,7 +94,47 @@ class BoolParam(StrictModel):
     default: bool | None = None
 
 
-Parameter = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam, Field(discriminator="type")]
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+NO_CONTROLS = "none"
+
+
+class CompilerControlsParam(StrictModel):
+    """An NVIDIA Advanced Controls File for a compiler release (docs/acf.md). Its value is
+    the sha256 of the file's bytes, or "none" (no file: the baseline). Without `pack` or
+    `choices`, CompileIQ's engine generates the files from the operator's search-space
+    catalog (compiler, version, variant), and only `sampler: compileiq` searches it; with a
+    pack, the pack's files are the choices (the service lists them when the study is made),
+    which every sampler searches like a categorical."""
+
+    name: str
+    type: Literal["compiler_controls"]
+    compiler: Literal["ptxas", "nvcc"] = "ptxas"
+    version: str = Field(pattern=r"^\d+\.\d+$")  # the compiler release: "13.3"
+    variant: str = Field(default="default", max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    pack: str | None = Field(default=None, max_length=100)
+    choices: list[str] | None = Field(default=None, max_length=MAX_CHOICES)  # "none" and sha256s
+    default: str = NO_CONTROLS
+    search_space_sha256: str | None = Field(default=None, pattern=SHA256_RE.pattern)  # the engine's, when made
+
+    @model_validator(mode="after")
+    def _values(self) -> CompilerControlsParam:
+        for value in [*(self.choices or []), self.default]:
+            if value != NO_CONTROLS and not SHA256_RE.match(value):
+                raise ValueError(f"{value!r} names no controls file: use \"none\" or a file's sha256 (64 hex digits)")
+        if self.choices is not None and len(set(self.choices)) != len(self.choices):
+            raise ValueError("choices must not repeat a file")
+        if self.choices is not None and self.default not in self.choices:
+            raise ValueError(f"default {self.default!r} is not one of the choices")
+        return self
+
+    @property
+    def engine(self) -> bool:
+        """Whether CompileIQ's engine generates its files (no pack, no choices)."""
+        return self.pack is None and self.choices is None
+
+
+Parameter = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam | CompilerControlsParam,
+                      Field(discriminator="type")]
 _PARAMETERS = TypeAdapter(list[Parameter])
 
 
@@ -107,6 +147,11 @@ def _check_range(low: float, high: float, log: bool) -> None:
 
 def value_problem(param: Any, value: Any) -> str | None:
     """Why `value` is not a valid setting of `param`, or None."""
+    if isinstance(param, CompilerControlsParam):
+        if param.choices is not None:
+            return None if value in param.choices else f"{value!r} is not one of the parameter's controls files"
+        ok = value == NO_CONTROLS or isinstance(value, str) and SHA256_RE.match(value)
+        return None if ok else f"{value!r} is not \"none\" or a controls file's sha256"
     if isinstance(param, BoolParam):
         return None if isinstance(value, bool) else f"{value!r} is not true or false"
     if isinstance(param, CategoricalParam):
@@ -125,12 +170,16 @@ def value_problem(param: Any, value: Any) -> str | None:
 
 
 def param_default(param: Any) -> Any:
+    if isinstance(param, CompilerControlsParam):
+        return param.default
     if param.default is not None or isinstance(param, CategoricalParam) and "default" in param.model_fields_set:
         return param.default
     return None
 
 
 def _axis_size(param: Any) -> int | None:
+    if isinstance(param, CompilerControlsParam):
+        return None if param.choices is None else len(param.choices)
     if isinstance(param, BoolParam):
         return 2
     if isinstance(param, CategoricalParam):
@@ -145,7 +194,7 @@ def _axis_size(param: Any) -> int | None:
 def _axis_value(param: Any, index: int) -> Any:
     if isinstance(param, BoolParam):
         return bool(index)
-    if isinstance(param, CategoricalParam):
+    if isinstance(param, CategoricalParam | CompilerControlsParam):
         return param.choices[index]
     if isinstance(param, IntParam):
         return param.low + index * param.step
@@ -198,7 +247,11 @@ class SearchSpace:
         return size
 
     def is_discrete(self) -> bool:
-        return all(not isinstance(p, FloatParam) for p in self.parameters)
+        return all(not isinstance(p, FloatParam) and _axis_size(p) is not None for p in self.parameters)
+
+    @property
+    def controls(self) -> list[CompilerControlsParam]:
+        return [p for p in self.parameters if isinstance(p, CompilerControlsParam)]
 
     def axis_values(self, name: str) -> list[Any]:
         param = self.by_name[name]
@@ -273,6 +326,9 @@ class SamplerView:
                 self.distributions[p.name] = FloatDistribution(p.low, p.high, log=p.log, step=p.step)
             elif isinstance(p, CategoricalParam):
                 self.distributions[p.name] = CategoricalDistribution(tuple(p.choices))
+            elif isinstance(p, CompilerControlsParam):
+                # a pack's files; the engine's are CompileIQ's to search (service.scheduling.engine)
+                self.distributions[p.name] = CategoricalDistribution(tuple(p.choices or (NO_CONTROLS,)))
             else:
                 self.distributions[p.name] = CategoricalDistribution((False, True))
         # by numeric value: a configuration may hold 64.0 for the choice 64 (value_problem accepts it)
@@ -315,7 +371,8 @@ class GridOrder:
 
 
 __all__ = [
-    "MAX_CHOICES", "MAX_GRID_POINTS", "MAX_PARAMETERS", "NAME_RE", "BoolParam", "CategoricalParam",
+    "MAX_CHOICES", "MAX_GRID_POINTS", "MAX_PARAMETERS", "NAME_RE", "NO_CONTROLS", "BoolParam", "CategoricalParam",
+    "CompilerControlsParam",
     "FloatParam", "GridOrder", "IntParam", "Parameter", "SearchSpace", "StrictModel", "ValidationError",
     "SamplerView", "ordered_choices", "param_default", "value_problem",
 ]

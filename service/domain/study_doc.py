@@ -26,7 +26,7 @@ from service.domain.space import (
     param_default,
     value_problem,
 )
-from workers.contract import MeasureSettings, SandboxLimits, WorkloadShape
+from workers.contract import COMPILE_METRICS, MeasureSettings, SandboxLimits, WorkloadShape
 
 # name -> (default direction, unit, meaning)
 KNOWN_OBJECTIVES: dict[str, tuple[str, str, str]] = {
@@ -35,11 +35,12 @@ KNOWN_OBJECTIVES: dict[str, tuple[str, str, str]] = {
     "p99_ms": ("minimize", "ms", "99th percentile of cold per-call latency"),
     "energy_mj": ("minimize", "mJ", "energy per call in the hot window"),
     "power_w": ("minimize", "W", "average power in the hot window"),
-    "compile_s": ("minimize", "s", "compile time of the configuration"),
+    **{name: ("minimize", unit, meaning) for name, (unit, meaning) in COMPILE_METRICS.items()},
 }
 ENERGY_OBJECTIVES = {"energy_mj", "power_w"}
-BACKENDS = ("cpu", "python", "triton", "cuda")
-SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "grid")
+BACKENDS = ("cpu", "python", "triton", "cuda", "ptx")
+COMPILE_ONLY_BACKENDS = ("triton", "ptx")  # backends that build for a target without running
+SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "grid", "compileiq")
 MAX_PARALLELISM = 1_000
 MAX_OPTION_KEYS = 64
 MAX_WALL_TIME_S = 90 * 86_400.0
@@ -50,6 +51,11 @@ DEFAULT_INFEASIBLE_IN_A_ROW = 50
 ShortText = Annotated[str, Field(max_length=MAX_STRING)]
 MAX_WARM_STUDIES = 20
 MAX_WARM_CONFIGS = 100
+
+
+def requires_gpu(backend: str, document: dict[str, Any]) -> bool:
+    """Whether a study's trials need a GPU: a GPU backend's, unless the study is compile-only."""
+    return backend in ("triton", "cuda") and not document.get("compile_only", False)
 
 
 class Objective(StrictModel):

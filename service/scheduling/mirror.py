@@ -25,10 +25,13 @@ from optuna.trial import TrialState as OptunaState
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from service.controls.catalog import ControlsCatalog
 from service.domain.results import constraint_value
 from service.domain.space import MAX_GRID_POINTS, SearchSpace
 from service.domain.states import TRIAL_FINISHED, TrialState
 from service.scheduling import feasibility, samplers
+from service.scheduling.asks import SpaceExhausted
+from service.scheduling.engine import EngineMirror
 from service.store.models import Study, Trial
 from service.trials.queries import LIGHT
 from workers.contract import FailureReason
@@ -44,10 +47,6 @@ MAX_REASKS = 20
 MAX_SCANNED = 100_000  # points of a finite space scanned for an unseen one, at most
 CONFIGURATION_FAILURES = {"compile_error", "wrong_result", "timeout", "crash", "error"}
 INFEASIBLE = FailureReason.INFEASIBLE.value  # over the device's limits: told with how far over
-
-
-class SpaceExhausted(Exception):
-    """Every point of a finite search space has been tried."""
 
 
 class Mirror:
@@ -157,6 +156,12 @@ class Mirror:
                 return point
         return None
 
+    def persist(self, session: Session) -> None:
+        """Nothing of an Optuna mirror is stored: the trials table is its state."""
+
+    def close(self) -> None:
+        return None
+
     def adopt(self, row: Trial, optuna_trial_id: int) -> None:
         """Remember that `row` is the trial this mirror just asked for."""
         self.ids[row.id] = optuna_trial_id
@@ -260,30 +265,47 @@ def _jsonable(attrs: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(attrs, default=list))  # type: ignore[no-any-return]
 
 
-class MirrorCache:
-    """Per-process mirrors, least recently used first out."""
+StudyMirror = Mirror | EngineMirror  # what a study's step asks and tells
 
-    def __init__(self, capacity: int = 256) -> None:
+
+class MirrorCache:
+    """Per-process mirrors, least recently used first out: Optuna's, or CompileIQ's engine
+    (service.scheduling.engine) for `sampler: compileiq`."""
+
+    def __init__(self, capacity: int = 256, catalog: ControlsCatalog | None = None) -> None:
         self.capacity = capacity
-        self._mirrors: OrderedDict[int, Mirror] = OrderedDict()
+        self.catalog = catalog or ControlsCatalog.from_env()
+        self._mirrors: OrderedDict[int, StudyMirror] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, session: Session, study: Study) -> Mirror:
+    def get(self, session: Session, study: Study) -> StudyMirror:
         """The synced mirror of `study`; call only with the study's lock held."""
+        evicted = []
         with self._lock:
             mirror = self._mirrors.pop(study.id, None)
             if mirror is None:
-                mirror = Mirror(study)
+                engine = study.document["sampler"]["name"] == "compileiq"
+                mirror = EngineMirror(study, self.catalog) if engine else Mirror(study)
             self._mirrors[study.id] = mirror
             while len(self._mirrors) > self.capacity:
-                self._mirrors.popitem(last=False)
-        mirror.sync(session)
+                evicted.append(self._mirrors.popitem(last=False)[1])
+        for old in evicted:
+            old.close()
+        try:
+            mirror.sync(session)
+        except BaseException:
+            self.drop(study.id)
+            raise
         return mirror
 
     def drop(self, study_id: int) -> None:
         with self._lock:
-            self._mirrors.pop(study_id, None)
+            mirror = self._mirrors.pop(study_id, None)
+        if mirror is not None:
+            mirror.close()
 
     def clear(self) -> None:
         with self._lock:
-            self._mirrors.clear()
+            mirrors, self._mirrors = list(self._mirrors.values()), OrderedDict()
+        for mirror in mirrors:
+            mirror.close()

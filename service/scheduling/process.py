@@ -20,6 +20,7 @@ import signal
 from prometheus_client import CollectorRegistry, start_http_server
 
 from service.config import Settings
+from service.controls.catalog import ControlsCatalog
 from service.metrics import step_histogram
 from service.notify import Notifier, postgres_dsn
 from service.scheduling.loop import Scheduler
@@ -42,7 +43,8 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, metrics_por
     await asyncio.get_running_loop().run_in_executor(None, prepare_schema, db.engine, settings.migrate_on_start)
     notifier = Notifier(settings.redis_url, postgres_dsn(settings.database_url))
     await notifier.start()
-    scheduler = Scheduler(db, MirrorCache(), notifier, settings, observe=step_seconds.observe)
+    cache = MirrorCache(catalog=ControlsCatalog(settings.controls_catalog))
+    scheduler = Scheduler(db, cache, notifier, settings, observe=step_seconds.observe)
     await scheduler.start()
     scheduler.follow()
     gc.collect()

@@ -22,6 +22,7 @@ from optuna.samplers._ga._base import BaseGASampler
 from optuna.trial import FrozenTrial, TrialState
 
 from service.domain.study_doc import DocumentError
+from service.scheduling import engine
 
 
 def _indexed(base: type[BaseGASampler]) -> type[BaseGASampler]:
@@ -204,6 +205,9 @@ def check(name: str, seed: int | None, options: dict[str, Any], n_objectives: in
     """Refuse options the sampler does not take or of the wrong type, any it refuses when
     built (field: sampler.options.<key>, or sampler.options, with Optuna's own message), and
     values out of the ranges Optuna checks only when it samples."""
+    if name == "compileiq":
+        engine.check(seed, options, n_objectives)
+        return
     allowed = settable_options(name)
     for key, value in options.items():
         if key not in allowed:

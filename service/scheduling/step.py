@@ -27,7 +27,8 @@ from service.domain import schedule
 from service.domain import study_doc as sd
 from service.domain.states import STUDY_FINISHED, TRIAL_REPORTED, TrialState
 from service.scheduling import feasibility, fronts, promotion
-from service.scheduling.mirror import Mirror, MirrorCache, SpaceExhausted
+from service.scheduling.asks import SamplerWaits, SpaceExhausted
+from service.scheduling.mirror import MirrorCache, StudyMirror
 from service.store.db import lock_study, next_seq, next_seqs
 from service.store.models import Study, Trial
 from service.studies import lifecycle
@@ -89,10 +90,11 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     session.flush()  # the new trials and the study's row, one round trip each
     for trial, optuna_id in asked.trials:
         mirror.adopt(trial, optuna_id)
+    mirror.persist(session)  # a search engine's state, committed with the step
     return report
 
 
-def _account(session: Session, study: Study, mirror: Mirror, untold: list[Trial], seqs: Iterator[int]) -> int:
+def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[Trial], seqs: Iterator[int]) -> int:
     """Returns how many screened trials were queued for their full stage."""
     if mirror.front is None:
         mirror.front = fronts.load_front(session, study)
@@ -158,7 +160,7 @@ def _infeasible_in_a_row(session: Session, study_id: int, budget: dict[str, Any]
     return streak
 
 
-def _settle_and_refill(session: Session, study: Study, mirror: Mirror, pace: tuple[int, float],
+def _settle_and_refill(session: Session, study: Study, mirror: StudyMirror, pace: tuple[int, float],
                        seqs: Iterator[int]) -> tuple[Asked, int]:
     """(what this step asked and queued, trials the study has room for)."""
     counts = counts_of(session, study)
@@ -176,6 +178,8 @@ def _settle_and_refill(session: Session, study: Study, mirror: Mirror, pace: tup
             return asked, asked.queued
         if asked.budget_left == 0:
             room = asked.queued
+    if asked.waiting:  # the sampler asks again once trials in flight report
+        room = asked.queued
     return asked, room
 
 
@@ -184,10 +188,11 @@ class Asked:
     queued: int = 0
     refused: int = 0  # infeasible on the study's target: failed before queuing
     budget_left: int = 0
+    waiting: bool = False  # the sampler proposes nothing until trials in flight are told
     trials: list[tuple[Trial, int]] = field(default_factory=list)  # queued, with their sampler ids
 
 
-def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, counts: schedule.Counts,
+def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, counts: schedule.Counts,
          pace: tuple[int, float], seqs: Iterator[int]) -> Asked:
     """Queue up to `wanted` trials within the budget. A proposal that cannot launch on the
     study's target is recorded failed (infeasible) and told to the sampler at once, and the
@@ -199,6 +204,7 @@ def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, counts: sc
     screen = study.document["measure"].get("screen")
     stage = "screen" if screen else None  # a study that screens measures every trial so first
     requires_energy = bool(set(screen["objectives"]) & sd.ENERGY_OBJECTIVES) if screen else study.requires_energy
+    requires_gpu = sd.requires_gpu(study.backend, study.document)
     while asked.queued < wanted and asked.budget_left > 0:
         if asked.queued + asked.refused >= at_least and time.perf_counter() > deadline:
             break
@@ -206,9 +212,12 @@ def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, counts: sc
             break  # the study fails at its settlement
         try:
             params, sampler_state, optuna_id = mirror.ask(study.n_created)
-        except SpaceExhausted:  # nothing new is left to try
+        except SamplerWaits:
+            asked.waiting = True
+            break
+        except SpaceExhausted as exc:  # nothing new is left to try
             study.max_trials = counts.max_trials - asked.budget_left
-            study.finish_reason = "search space exhausted"
+            study.finish_reason = exc.reason
             asked.budget_left = 0
             break
         refusal = mirror.feasibility.refusal(session, study, params)
@@ -220,6 +229,7 @@ def _ask(session: Session, study: Study, mirror: Mirror, wanted: int, counts: sc
             pool=study.pool,
             backend=study.backend,
             requires_energy=requires_energy,
+            requires_gpu=requires_gpu,
             stage=stage,
             is_baseline=study.n_created == 0,
             config=params,
@@ -248,7 +258,7 @@ def _capped(counts: schedule.Counts, refused: int, in_a_row: int) -> bool:
     return counts.max_infeasible is not None and counts.infeasible + refused > counts.max_infeasible
 
 
-def _refuse(session: Session, study: Study, mirror: Mirror, trial: Trial, optuna_id: int,
+def _refuse(session: Session, study: Study, mirror: StudyMirror, trial: Trial, optuna_id: int,
             refusal: feasibility.Refusal) -> None:
     """Fail a proposal that cannot launch before any worker sees it, account for it and tell
     the sampler now, so that the next proposal of this step already knows."""

@@ -8,10 +8,10 @@ from pydantic import ValidationError
 
 from service.domain import screening
 from service.domain import study_doc as sd
-from service.domain.space import SearchSpace
+from service.domain.space import CompilerControlsParam, SearchSpace
 from service.errors import Invalid, invalid_from_pydantic
 from service.scheduling import samplers
-from workers.contract import DeviceLimits, WorkloadShape
+from workers.contract import COMPILE_METRICS, DeviceLimits, WorkloadShape, compile_only
 from workers.kernels.resources import KNOWN_LIMITS, limits_for
 
 GPU_BACKENDS = {"triton", "cuda"}
@@ -64,6 +64,7 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
         raise sd.DocumentError("space", "a kernel given by source needs a search space")
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
     sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives))
+    _controls(space, sampler, kernel.backend)
     grid = sd.check_grid(space) if sampler == "grid" else None
     samplers.check(sampler, doc.sampler.seed, options, n_objectives=len(objectives))
     ordered = ordered if doc.sampler.ordered_choices is None else doc.sampler.ordered_choices
@@ -76,6 +77,10 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
         reference_point=sd.reference_point(doc, objectives),
     )
     normalised["sampler"].update(name=sampler, options=options, ordered_choices=ordered)
+    if space.controls:
+        normalised["kernel"]["controls"] = {p.name: {"compiler": p.compiler, "version": p.version}
+                                            for p in space.controls}
+    normalised["compile_only"] = _compile_only(doc, objectives, normalised["kernel"])
     warm = normalised["sampler"].get("warm_start")
     if warm is not None:
         if sampler == "grid":
@@ -99,6 +104,57 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     return normalised
 
 
+def _controls(space: SearchSpace, sampler: str, backend: str) -> None:
+    """The space's compiler controls parameters: for a backend that applies them, and those
+    whose files CompileIQ's engine generates only with that engine."""
+    for index, param in ((i, p) for i, p in enumerate(space.parameters) if isinstance(p, CompilerControlsParam)):
+        field = f"space.{index}"
+        if backend not in ("triton", "ptx", "cuda"):
+            raise sd.DocumentError(f"{field}.type", f"compiler controls apply to GPU kernels (triton, ptx, cuda), "
+                                   f"not to {backend!r} ones")
+        if param.compiler != "ptxas":
+            raise sd.DocumentError(f"{field}.compiler", "only ptxas controls files are applied so far; use "
+                                   "compiler: ptxas")
+        if param.engine and sampler != "compileiq":
+            raise sd.DocumentError(
+                "sampler.name", f"{param.name!r} is searched by CompileIQ's engine, which generates its files: set "
+                f"sampler.name to compileiq, or give {field}.pack (a Booster Pack's files) for any other sampler")
+
+
+def _compile_only(doc: sd.StudyDocument, objectives: list[dict[str, str]], kernel: dict[str, Any]) -> bool:
+    """Whether the study compiles and never runs (every objective and constraint is a compile
+    metric: no GPU needed); its target then goes to the kernel's options."""
+    metrics = [o["name"] for o in objectives] + [c.metric for c in doc.constraints]
+    # compile time alone is measured by every backend's own compile, as it always was
+    only = compile_only(metrics) and (set(metrics) != {"compile_s"} or kernel["backend"] == "ptx")
+    fields = [f"objectives.{i}.name" for i in range(len(objectives))] + \
+             [f"constraints.{i}.metric" for i in range(len(doc.constraints))]
+    compiled = sorted(COMPILE_METRICS.keys() - {"compile_s"})
+    if not only:
+        for field, name in zip(fields, metrics, strict=True):
+            if name in COMPILE_METRICS and name != "compile_s":
+                raise sd.DocumentError(field, f"{name!r} is what the compiler reports of a build: a study with it "
+                                       f"compiles and never runs, so every objective and constraint must be one of "
+                                       f"{', '.join(COMPILE_METRICS)}; measure runtime objectives in another study")
+        if kernel["backend"] == "ptx":
+            raise sd.DocumentError("objectives", f"a ptx kernel is compiled, never run: its objectives are compile "
+                                   f"metrics ({', '.join(COMPILE_METRICS)})")
+        return False
+    if kernel["backend"] not in sd.COMPILE_ONLY_BACKENDS:
+        raise sd.DocumentError("kernel.backend", f"compile metrics ({', '.join(compiled)}) come from ptxas: use the "
+                               f"triton or ptx backend, not {kernel['backend']!r}")
+    if doc.measure.screen is not None:
+        raise sd.DocumentError("measure.screen", "a compile-only study measures nothing to screen: leave "
+                               "measure.screen out")
+    capability = doc.target.compute_capability if doc.target else None
+    if capability is None and not kernel["options"].get("arch"):
+        raise sd.DocumentError("target.compute_capability", "a compile-only study builds for a GPU it does not "
+                               "need: name it, e.g. target: {compute_capability: \"9.0\"} (or kernel.options.arch)")
+    if capability is not None:
+        kernel["options"]["compute_capability"] = capability
+    return True
+
+
 def _stages(measure: dict[str, Any], doc: sd.StudyDocument, objectives: list[dict[str, str]], backend: str) -> None:
     """`measure.screen` and `measure.promote` resolved with their defaults; a study without
     a screen keeps neither key."""
@@ -117,8 +173,8 @@ def _target(target: sd.Target | None, backend: str) -> dict[str, Any] | None:
     any it gives itself."""
     if target is None:
         return None
-    if backend not in GPU_BACKENDS:
-        raise sd.DocumentError("target", f"device limits apply to GPU kernels (triton, cuda), not {backend!r}")
+    if backend not in GPU_BACKENDS | {"ptx"}:
+        raise sd.DocumentError("target", f"device limits apply to GPU kernels (triton, cuda, ptx), not {backend!r}")
     given = target.model_dump(exclude_none=True)
     base: dict[str, Any] = {}
     if target.compute_capability is not None:

@@ -52,6 +52,7 @@ class StudySpec:
     measure: wire.MeasureSettings
     limits: dict[str, Any]
     screen: Screen | None = None
+    compile_only: bool = False
 
 
 class StudySpecs:
@@ -78,6 +79,7 @@ class StudySpecs:
             limits=document["limits"],
             screen=None if screen is None else Screen(document["measure"]["screen"]["objectives"],
                                                       wire.MeasureSettings.model_validate(screen)),
+            compile_only=bool(document.get("compile_only", False)),
         )
         with self._lock:
             self._specs[study_id] = spec
@@ -89,11 +91,16 @@ class StudySpecs:
 @dataclass(frozen=True)
 class QueueKey:
     """What a worker can lease: its pool's trials and jobs of its backends (with energy
-    measurement or without)."""
+    measurement or without, on a GPU or compile-only)."""
 
     pool: str
     backends: tuple[str, ...]
     energy: bool
+    gpu: bool = True
+
+    @classmethod
+    def of(cls, worker: WorkerInfo) -> QueueKey:
+        return cls(worker.pool, worker.backends, worker.energy, worker.gpu)
 
 
 class EmptyQueues:
@@ -142,13 +149,13 @@ def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> Leased 
     params = move_params(session, TrialState.RUNNING, lease_token=secrets.token_urlsafe(32),
                          lease_expires_at=now + timedelta(seconds=settings.lease_s), worker_id=worker.id,
                          started_at=now, phase="leased")
-    row = session.execute(_lease_statement(is_postgres(session), worker.energy),
+    row = session.execute(_lease_statement(is_postgres(session), worker.energy, worker.gpu),
                           {"w_pool": worker.pool, "w_backends": list(worker.backends), **params}).one_or_none()
     return Leased(*row) if row is not None else None
 
 
 @functools.cache
-def _lease_statement(postgres: bool, energy: bool) -> Update:
+def _lease_statement(postgres: bool, energy: bool, gpu: bool) -> Update:
     c = TRIALS.c
     candidate = (
         select(c.id)
@@ -159,6 +166,8 @@ def _lease_statement(postgres: bool, energy: bool) -> Update:
     )
     if not energy:
         candidate = candidate.where(c.requires_energy.is_(False))
+    if not gpu:
+        candidate = candidate.where(c.requires_gpu.is_(False))
     if postgres:
         candidate = candidate.with_for_update(skip_locked=True)
     return move_statement(
@@ -168,7 +177,8 @@ def _lease_statement(postgres: bool, energy: bool) -> Update:
                 c.lease_expires_at, c.stage)
 
 
-def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Lease:
+def lease_reply(trial: Leased, spec: StudySpec, settings: Settings,
+                acfs: list[wire.ControlsFile] | None = None) -> wire.Lease:
     objectives, measure = [o["name"] for o in spec.objectives], spec.measure
     if trial.stage == "screen" and spec.screen is not None:
         objectives, measure = spec.screen.objectives, spec.screen.measure
@@ -191,6 +201,8 @@ def lease_reply(trial: Leased, spec: StudySpec, settings: Settings) -> wire.Leas
             measure=measure,
             stage=trial.stage,
             sandbox=wire.SandboxLimits.model_validate(spec.limits.get("sandbox") or {}),
+            compile_only=spec.compile_only,
+            acfs=acfs or [],
         ),
     )
 

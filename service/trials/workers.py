@@ -31,6 +31,11 @@ class WorkerInfo:
     def of(cls, row: Worker) -> WorkerInfo:
         return cls(row.id, row.token_id, row.pool, tuple(row.backends or ()), row.energy, dict(row.fingerprint or {}))
 
+    @property
+    def gpu(self) -> bool:
+        """Whether it measures on a GPU (a worker without one runs compile-only trials of GPU kernels)."""
+        return int(self.fingerprint.get("gpu_count") or 0) > 0
+
 
 class WorkerDirectory:
     def __init__(self, capacity: int = 20_000) -> None:

@@ -18,7 +18,7 @@ from workers.backends.base import Backend
 
 log = logging.getLogger(__name__)
 
-KNOWN_BACKENDS = ("cpu", "python", "triton", "cuda")
+KNOWN_BACKENDS = ("cpu", "python", "triton", "cuda", "ptx")
 _MODULES: dict[str, tuple[str, ...]] = {
     "cpu": ("workers.backends.cpu",),
     "python": ("workers.backends.python_backend",),

@@ -59,12 +59,17 @@ class Backend(ABC):
         'compilers': {...}, 'energy': bool}. Cheap; called once at worker start."""
 
     @abstractmethod
-    def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
+    def cache_key(self, kernel: KernelSpec, config: dict[str, Any], compile_only: bool = False) -> str:
         """Identity of a compiled artifact: source hash, configuration, compiler version."""
 
     @abstractmethod
-    def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
-        """Build the kernel under `config` into `workdir`; raise TrialFailure(COMPILE_ERROR)."""
+    def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path,
+                compile_only: bool = False) -> CompiledKernel:
+        """Build the kernel under `config` into `workdir`; raise TrialFailure(COMPILE_ERROR).
+        `compile_only`: the trial's objectives are compile metrics (workers.contract
+        COMPILE_METRICS): build for the kernel's target without a device and put them in
+        the report's `metrics` (backends that cannot ignore it: the service sends such
+        trials only to backends that can)."""
 
     @abstractmethod
     def check(self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel) -> CheckOutcome:

@@ -149,7 +149,7 @@ class CpuBackend(Backend):
             "objectives": list(SUPPORTED_OBJECTIVES),
         }
 
-    def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
+    def cache_key(self, kernel: KernelSpec, config: dict[str, Any], compile_only: bool = False) -> str:
         source, entry, problem, options = resolve(kernel)
         identity = {
             "backend": self.name,
@@ -165,7 +165,9 @@ class CpuBackend(Backend):
         blob = json.dumps(identity, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()
 
-    def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
+    def compile(
+        self, kernel: KernelSpec, config: dict[str, Any], workdir: Path, compile_only: bool = False
+    ) -> CompiledKernel:
         if not self.compiler:
             raise TrialFailure(FailureReason.UNSUPPORTED, "no C compiler (cc) on this worker")
         source, entry, problem, options = resolve(kernel)

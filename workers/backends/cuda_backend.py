@@ -201,7 +201,7 @@ class CudaBackend(Backend):
             "device_limits": limits.model_dump() if (limits := local_device_limits()) else None,
         }
 
-    def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
+    def cache_key(self, kernel: KernelSpec, config: dict[str, Any], compile_only: bool = False) -> str:
         resolved = resolve(kernel, config, self.name)
         identity = {
             "source": resolved.source_hash,
@@ -220,7 +220,9 @@ class CudaBackend(Backend):
 
     # -- compile: CPU side, another process ------------------------------------------------
 
-    def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
+    def compile(
+        self, kernel: KernelSpec, config: dict[str, Any], workdir: Path, compile_only: bool = False
+    ) -> CompiledKernel:
         resolved = resolve(kernel, config, self.name)
         refuse_unlaunchable(kernel, resolved, local_device_limits())
         workdir.mkdir(parents=True, exist_ok=True)

@@ -151,10 +151,12 @@ class PythonBackend(Backend):
         version = ".".join(map(str, sys.version_info[:3]))
         return {"available": True, "reason": "", "compilers": {"python": version}, "energy": False}
 
-    def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
+    def cache_key(self, kernel: KernelSpec, config: dict[str, Any], compile_only: bool = False) -> str:
         return ""  # never cached: nothing is built
 
-    def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
+    def compile(
+        self, kernel: KernelSpec, config: dict[str, Any], workdir: Path, compile_only: bool = False
+    ) -> CompiledKernel:
         return CompiledKernel(workdir, report={"compile_s": 0.0})
 
     def check(

@@ -2,10 +2,17 @@
 and cold.
 
 Configuration keys that are Triton compile options (num_warps, num_stages, maxnreg,
-num_ctas, enable_fp_fusion, ptx_options) go to the compiler; `acf` names an Advanced
-Controls File (applied through ptx_options with ptxas 13.3+); every other key is one of the
-kernel's constexpr meta-parameters. Shape-dependent constexprs come from the harness's
-`constants(dims)`, fixed ones from `options.constants`.
+num_ctas, enable_fp_fusion, ptx_options) go to the compiler; the kernel's compiler controls
+parameters (and the older `acf` key) name Advanced Controls Files, applied through
+ptx_options with ptxas 13.3+; every other key is one of the kernel's constexpr
+meta-parameters. Shape-dependent constexprs come from the harness's `constants(dims)`, fixed
+ones from `options.constants`.
+
+A compile-only trial (its objectives are compile metrics) needs no GPU: the kernel is lowered
+to PTX for the study's target (the harness's `compile_arguments(dims)` gives the runtime
+arguments' types and values, specialised as Triton's launcher specialises them) and the
+worker's ptxas assembles it with the configuration's ptxas options and ACF, reporting what
+it used (workers.ptxas).
 
 `compile` warms Triton's own on-disk cache (TRITON_CACHE_DIR, by default ~/.triton/cache) for
 every workload shape through the same JIT path and specialisation the launches use, so that
@@ -23,12 +30,15 @@ import functools
 import hashlib
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from workers import controls, ptxas, toolchains
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
+from workers.backends.ptx_backend import compiled_check
 from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
 from workers.kernels.gpu.loader import (
     GpuKernel,
@@ -55,6 +65,7 @@ COMPILE_OPTIONS = frozenset(
     {"num_warps", "num_stages", "maxnreg", "num_ctas", "enable_fp_fusion", "ptx_options", "acf"}
 )
 HARNESS = ("DTYPE", "make_inputs", "arguments", "grid", "output", "reference")
+COMPILE_HARNESS = ("compile_arguments",)  # what a compile-only trial needs of the harness
 REPORT_FILE = "triton-report.json"
 SOURCE_DIR = "src"
 
@@ -101,10 +112,45 @@ def _as_dtypes(args: tuple) -> tuple:
 
 def _resource_failure(exc: Exception) -> TrialFailure:
     """Triton's OutOfResources (shared memory, registers or threads over the device's
-    limits) means the configuration cannot launch: infeasible, not a compile error."""
+    limits) means the configuration cannot launch: infeasible, not a compile error. A ptxas
+    that refuses an ACF (another release's) cannot run the trial: unsupported."""
     text = f"{type(exc).__name__}: {exc}"
     reason = FailureReason.INFEASIBLE if type(exc).__name__ == "OutOfResources" else FailureReason.COMPILE_ERROR
+    if ptxas.INVALID_CONTROLS in text:
+        reason = FailureReason.UNSUPPORTED
     return TrialFailure(reason, text[:2000], log=text)
+
+
+def specialised_source(jit: Any, values: list[Any], meta: dict[str, Any]) -> Any:
+    """Triton's ASTSource for a launch with these runtime argument values (a pointer given
+    as its type, "*bf16") and constexprs, specialised as Triton's launcher specialises a
+    real launch: integers equal to 1 become constants, those divisible by 16 and every
+    pointer (torch allocations are aligned) carry the divisibility hint."""
+    from triton.backends.compiler import BaseBackend
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import native_specialize_impl
+
+    signature: dict[str, str] = {}
+    constants: dict[str, Any] = {}
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    given = iter(values)
+    for index, param in enumerate(jit.params):
+        if param.is_constexpr:
+            if param.name not in meta:
+                raise TrialFailure(FailureReason.ERROR, f"no value for the kernel's constexpr {param.name!r}")
+            signature[param.name], constants[param.name] = "constexpr", meta[param.name]
+            continue
+        value = next(given, None)
+        if value is None:
+            raise TrialFailure(FailureReason.ERROR, f"compile_arguments gives no value for {param.name!r}")
+        kind, hint = (value, "D") if isinstance(value, str) else native_specialize_impl(BaseBackend, value, False,
+                                                                                        True, True)
+        signature[param.name] = kind
+        if kind == "constexpr":
+            constants[param.name] = hint
+        elif hint == "D":
+            attrs[(index,)] = BaseBackend.parse_attr(hint)
+    return ASTSource(jit, signature, constants, attrs)
 
 
 def compiled_use(compiled: Any) -> ResourceUse:
@@ -130,12 +176,15 @@ class TritonBackend(Backend):
 
     def probe(self) -> dict[str, Any]:
         try:
-            import torch
             import triton
         except ImportError as exc:
-            return {"available": False, "reason": f"triton or torch missing: {exc}"}
-        if not torch.cuda.is_available():
-            return {"available": False, "reason": "no CUDA GPU visible to torch"}
+            return {"available": False, "reason": f"triton missing: {exc}"}
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is None or not torch.cuda.is_available():
+            return self._compile_only_probe(triton.__version__, "torch missing" if torch is None else "no CUDA GPU")
         path, version = triton_ptxas()
         energy = nvml_energy_readable()
         return {
@@ -148,12 +197,23 @@ class TritonBackend(Backend):
             },
             "ptxas_path": path,
             "energy": energy,
-            "features": {"acf": supports_acf(version)},
+            "features": {"acf": supports_acf(version), "compile_only": toolchains.selected() is not None},
             "gpu": torch.cuda.get_device_name(0),
             "device_limits": _limits_dump(),
         }
 
-    def cache_key(self, kernel: KernelSpec, config: dict[str, Any]) -> str:
+    @staticmethod
+    def _compile_only_probe(triton_version: str, why: str) -> dict[str, Any]:
+        """Without a GPU, compile-only trials still run where a ptxas is installed."""
+        toolchain = toolchains.selected()
+        if toolchain is None:
+            return {"available": False, "reason": f"{why} and no ptxas for compile-only trials "
+                    "(install nvidia-cuda-nvcc: the acf extra)"}
+        return {"available": True, "reason": "", "energy": False, "gpu": None,
+                "compilers": {"triton": triton_version, **toolchain.describe()},
+                "features": {"acf": True, "compile_only": True, "gpu": False, "why_no_gpu": why}}
+
+    def cache_key(self, kernel: KernelSpec, config: dict[str, Any], compile_only: bool = False) -> str:
         resolved = resolve(kernel, config, self.name)
         identity = {
             "source": resolved.source_hash,
@@ -164,25 +224,26 @@ class TritonBackend(Backend):
             "shapes": [w.dims for w in resolved.workload],
             "triton": package_version("triton"),
             "ptxas": format_version(triton_ptxas()[1]),
+            **({"compile_only": _compile_toolchain().version, "target": ptxas.compile_arch(resolved.options)}
+               if compile_only else {}),
         }
         text = json.dumps(identity, sort_keys=True, default=str)
         return "triton-" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
     # -- compile: CPU side, another process ------------------------------------------------
 
-    def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path) -> CompiledKernel:
+    def compile(
+        self, kernel: KernelSpec, config: dict[str, Any], workdir: Path, compile_only: bool = False
+    ) -> CompiledKernel:
         resolved = resolve(kernel, config, self.name)
-        refuse_unlaunchable(kernel, resolved, local_device_limits())
         workdir.mkdir(parents=True, exist_ok=True)
-        flags = acf_ptxas_flags(resolved.config.get("acf"), resolved.options, triton_ptxas()[1], workdir)
+        if compile_only:
+            return self._compile_only(kernel, resolved, workdir)
+        refuse_unlaunchable(kernel, resolved, local_device_limits())
+        flags = _applied_controls(kernel, resolved, workdir, triton_ptxas()[1])
         module = load_module(resolved.source, workdir / SOURCE_DIR, "kernel")
         require(module, HARNESS)
-        jit = getattr(module, resolved.entry, None)
-        if jit is None:
-            raise TrialFailure(
-                FailureReason.COMPILE_ERROR,
-                f"the source defines no kernel named {resolved.entry!r}",
-            )
+        jit = _jit(module, resolved)
         options = compile_options(resolved.config, flags)
         report: dict[str, Any] = {
             "options": options,
@@ -199,6 +260,52 @@ class TritonBackend(Backend):
                 report["shapes"][shape_key(shape.dims)] = self._warm(jit, module, resolved, shape.dims, options)
         (workdir / REPORT_FILE).write_text(json.dumps(report, default=str))
         return CompiledKernel(directory=workdir, files={"report": REPORT_FILE}, report=report)
+
+    def _compile_only(self, kernel: KernelSpec, resolved: GpuKernel, workdir: Path) -> CompiledKernel:
+        """Lower the kernel to PTX for the study's target on every shape and assemble it with
+        the worker's ptxas: no GPU, no driver, no torch."""
+        import triton
+        from triton.backends.compiler import GPUTarget
+
+        toolchain = _compile_toolchain()
+        arch = ptxas.compile_arch(resolved.options)
+        files = controls.applied(kernel, resolved.config, workdir)
+        acf = next((f for f in files if f.compiler == "ptxas"), None)
+        resolved.config = controls.kernel_parameters(kernel, resolved.config)
+        module = load_module(resolved.source, workdir / SOURCE_DIR, "kernel")
+        require(module, COMPILE_HARNESS)
+        jit = _jit(module, resolved)
+        options = compile_options(resolved.config, [])
+        extra = shlex.split(str(options.pop("ptx_options", "")))
+        if options.get("enable_fp_fusion") is False:
+            extra.insert(0, "--fmad=false")  # as Triton asks its ptxas
+        target = GPUTarget("cuda", int(arch[3:].rstrip("a")), 32)
+        shapes: dict[str, dict[str, Any]] = {}
+        for shape in resolved.workload:
+            key = shape_key(shape.dims)
+            started = time.perf_counter()
+            try:
+                source = specialised_source(jit, list(module.compile_arguments(shape.dims)),
+                                            meta_parameters(resolved, module, shape.dims))
+                lowered = triton.compile(source, target=target, options=options)
+            except TrialFailure:
+                raise
+            except Exception as exc:
+                raise TrialFailure(FailureReason.COMPILE_ERROR, f"Triton: {type(exc).__name__}: {exc}"[:2000],
+                                   log=f"{type(exc).__name__}: {exc}") from exc
+            ptx = workdir / f"{key}.ptx"
+            ptx.write_text(lowered.asm["ptx"])
+            assembled = ptxas.assemble(ptx, ptxas=toolchain.ptxas, arch=arch, options=extra,
+                                       acf=acf.path if acf else None, acf_release=acf.version if acf else None,
+                                       version=toolchain.version)
+            ptx.with_suffix(".cubin").write_bytes(assembled.cubin)
+            shapes[key] = ptxas.shape_entry(assembled, time.perf_counter() - started)
+        report = {"compile_only": True, "arch": arch, "options": options, "ptxas_options": extra,
+                  "triton": package_version("triton"), "toolchain": toolchain.describe(), "shapes": shapes,
+                  "metrics": ptxas.summary(shapes), "acfs": {f.parameter: f.sha256 for f in files}}
+        (workdir / REPORT_FILE).write_text(json.dumps(report, default=str))
+        return CompiledKernel(directory=workdir, files={"report": REPORT_FILE}, report=report,
+                              log="\n".join(entry["ptxas_log"] for entry in shapes.values()))
 
     def _warm(
         self,
@@ -237,7 +344,7 @@ class TritonBackend(Backend):
         if not torch.cuda.is_available():
             raise TrialFailure(FailureReason.UNSUPPORTED, "no CUDA GPU visible")
         resolved = resolve(kernel, config, self.name)
-        flags = acf_ptxas_flags(resolved.config.get("acf"), resolved.options, triton_ptxas()[1], built.directory)
+        flags = _applied_controls(kernel, resolved, built.directory, triton_ptxas()[1])
         module = load_module(resolved.source, built.directory / SOURCE_DIR, "kernel")
         require(module, HARNESS)
         return (
@@ -266,6 +373,8 @@ class TritonBackend(Backend):
         return launch
 
     def check(self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel) -> CheckOutcome:
+        if built.report.get("compile_only"):
+            return compiled_check(built)
         import torch
 
         from workers.measure.gpu_check import check_once, new_seed, tolerance_for, verdict
@@ -305,6 +414,8 @@ class TritonBackend(Backend):
         objectives: list[str],
         settings: Any,
     ) -> tuple[dict[str, Metric], dict[str, Any]]:
+        if built.report.get("compile_only"):
+            return ptxas.metrics_of(built.report, objectives), {"compile_only": True}
         import torch
 
         from workers.measure.gpu_harness import ShapeLaunch, measure_workload
@@ -320,6 +431,40 @@ class TritonBackend(Backend):
         metrics, environment = measure_workload(shapes, objectives, settings)
         environment["throughput"] = _throughput(module, resolved, metrics)
         return metrics, environment
+
+
+def _jit(module: ModuleType, kernel: GpuKernel) -> Any:
+    jit = getattr(module, kernel.entry, None)
+    if jit is None:
+        raise TrialFailure(FailureReason.COMPILE_ERROR, f"the source defines no kernel named {kernel.entry!r}")
+    return jit
+
+
+def _compile_toolchain() -> toolchains.Toolchain:
+    toolchain = toolchains.selected()
+    if toolchain is None:
+        raise TrialFailure(FailureReason.UNSUPPORTED, "compile-only trials need a ptxas: install nvidia-cuda-nvcc "
+                           "(the acf extra) or give the worker --toolchain")
+    return toolchain
+
+
+def _applied_controls(kernel: KernelSpec, resolved: GpuKernel, directory: Path,
+                      version: tuple[int, int] | None) -> list[str]:
+    """The ptxas flags that apply the configuration's controls files (the kernel's controls
+    parameters, or the older `acf` key); the configuration left holds kernel parameters only."""
+    files = controls.applied(kernel, resolved.config, directory)
+    resolved.config = controls.kernel_parameters(kernel, resolved.config)
+    flags = acf_ptxas_flags(resolved.config.get("acf"), resolved.options, version, directory)
+    for file in files:
+        if file.compiler != "ptxas":
+            raise TrialFailure(FailureReason.UNSUPPORTED, f"{file.parameter}: the triton backend applies ptxas "
+                               f"controls files, not {file.compiler}'s")
+        if not supports_acf(version):
+            raise TrialFailure(FailureReason.UNSUPPORTED, f"{file.parameter}: the controls file needs ptxas "
+                               f"{file.version} (--apply-controls); Triton's ptxas here is {format_version(version)}: "
+                               "give the worker --toolchain")
+        flags += file.flags()
+    return flags
 
 
 def _limits_dump() -> dict[str, Any] | None:

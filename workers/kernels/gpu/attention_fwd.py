@@ -9,7 +9,6 @@ workload (`causal` dim, 0 or 1). Tensors are contiguous [batch, heads, seq, head
 
 import math
 
-import torch
 import triton
 import triton.language as tl
 
@@ -82,6 +81,8 @@ def _shape(dims):
 
 
 def make_inputs(dims, device, generator=None):
+    import torch
+
     shape = _shape(dims)
     q, k, v = (
         torch.randn(shape, device=device, dtype=torch.bfloat16, generator=generator)
@@ -90,9 +91,17 @@ def make_inputs(dims, device, generator=None):
     return {"q": q, "k": k, "v": v, "out": torch.empty(shape, device=device, dtype=torch.bfloat16)}
 
 
+def _scale(dims):
+    return 1.0 / math.sqrt(dims["head_dim"]) * LOG2E
+
+
 def arguments(inputs, dims):
-    scale = 1.0 / math.sqrt(dims["head_dim"]) * LOG2E
-    return (inputs["q"], inputs["k"], inputs["v"], inputs["out"], scale, dims["seq"])
+    return (inputs["q"], inputs["k"], inputs["v"], inputs["out"], _scale(dims), dims["seq"])
+
+
+def compile_arguments(dims):
+    """The runtime arguments' types (pointers) and values, for compile-only trials."""
+    return ["*bf16", "*bf16", "*bf16", "*bf16", _scale(dims), dims["seq"]]
 
 
 def constants(dims):
@@ -108,6 +117,8 @@ def output(inputs):
 
 
 def reference(inputs, dims):
+    import torch
+
     q, k, v = (inputs[n].float() for n in ("q", "k", "v"))
     return torch.nn.functional.scaled_dot_product_attention(
         q, k, v, is_causal=bool(dims.get("causal", 0))

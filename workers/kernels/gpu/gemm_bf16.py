@@ -5,7 +5,6 @@ together so that neighbouring programs share A and B tiles in L2. The meta-param
 Triton's num_warps / num_stages are the search space.
 """
 
-import torch
 import triton
 import triton.language as tl
 
@@ -66,6 +65,8 @@ def matmul_kernel(
 
 
 def make_inputs(dims, device, generator=None):
+    import torch
+
     m, n, k = dims["m"], dims["n"], dims["k"]
     a = torch.randn((m, k), device=device, dtype=torch.bfloat16, generator=generator)
     b = torch.randn((k, n), device=device, dtype=torch.bfloat16, generator=generator)
@@ -91,6 +92,13 @@ def arguments(inputs, dims):
     )
 
 
+def compile_arguments(dims):
+    """The runtime arguments' types (pointers) and values, for compile-only trials: the
+    contiguous row-major tensors `make_inputs` makes."""
+    m, n, k = dims["m"], dims["n"], dims["k"]
+    return ["*bf16", "*bf16", "*bf16", m, n, k, k, 1, n, 1, n, 1]
+
+
 def grid(dims, meta):
     return (triton.cdiv(dims["m"], meta["BLOCK_M"]) * triton.cdiv(dims["n"], meta["BLOCK_N"]),)
 
@@ -100,6 +108,8 @@ def output(inputs):
 
 
 def reference(inputs, dims):
+    import torch
+
     # float32 products without TF32: the reference must be more precise than the kernel.
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False

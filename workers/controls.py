@@ -1,0 +1,82 @@
+"""Compiler controls files (NVIDIA Advanced Controls Files) on a worker: the files a trial's
+configuration names, written into its build directory by their sha256, and the compiler
+flags that apply them.
+
+A kernel names its controls parameters (KernelSpec.controls: parameter -> compiler and
+release); a configuration sets each to the sha256 of a file the trial carries
+(TrialSpec.acfs) or to "none". The older form, a configuration key `acf` naming an entry of
+the kernel's `options.acf_files`, is applied the same way (workers.measure.gpu_toolchain).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workers.backends.base import TrialFailure
+from workers.contract import NO_CONTROLS, ControlsFile, FailureReason, KernelSpec
+
+DIRECTORY = "controls"  # inside a build: <sha256>.acf
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One controls file a configuration applies."""
+
+    parameter: str
+    compiler: str  # ptxas | nvcc
+    version: str  # the compiler release it is for
+    sha256: str
+    path: Path
+
+    def flags(self) -> list[str]:
+        return ["--apply-controls", str(self.path)]
+
+
+def write(files: list[ControlsFile], build: Path) -> None:
+    """The trial's controls files into `build`/controls, each checked against its sha256."""
+    if not files:
+        return
+    directory = build / DIRECTORY
+    directory.mkdir(parents=True, exist_ok=True)
+    for file in files:
+        try:
+            content = base64.b64decode(file.content_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise TrialFailure(FailureReason.ERROR, f"the controls file {file.sha256[:12]} is not base64") from None
+        if hashlib.sha256(content).hexdigest() != file.sha256:
+            raise TrialFailure(FailureReason.ERROR, f"the controls file {file.sha256[:12]} does not match its sha256")
+        (directory / f"{file.sha256}.acf").write_bytes(content)
+
+
+def applied(kernel: KernelSpec, config: dict[str, Any], build: Path) -> list[Applied]:
+    """The controls files `config` applies, found in `build` (written there by `write`)."""
+    found = []
+    for name, parameter in kernel.controls.items():
+        value = config.get(name, NO_CONTROLS)
+        if value in (NO_CONTROLS, None, ""):
+            continue
+        path = build / DIRECTORY / f"{value}.acf"
+        if not path.is_file():
+            raise TrialFailure(
+                FailureReason.ERROR,
+                f"the configuration applies the controls file {str(value)[:12]} ({name}), "
+                "which the trial did not carry",
+            )
+        found.append(Applied(name, parameter.compiler, parameter.version, str(value), path))
+    return found
+
+
+def kernel_parameters(kernel: KernelSpec, config: dict[str, Any]) -> dict[str, Any]:
+    """`config` without its controls parameters: what the kernel and its compiler options see."""
+    return {k: v for k, v in config.items() if k not in kernel.controls}
+
+
+def short(value: Any) -> str:
+    """How a controls value is shown: the file's first 12 hex digits, or none."""
+    text = str(value)
+    return text[:12] if len(text) == 64 else text
