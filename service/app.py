@@ -14,7 +14,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from service.api import accounts, artifacts, ops, studies, trials, workers
+from service.api import accounts, artifacts, controls, ops, studies, trials, workers
 from service.api.deps import AppState
 from service.artifacts import validations
 from service.config import Settings
@@ -70,7 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
-    for module in (studies, trials, workers, artifacts, accounts, ops):
+    for module in (studies, trials, workers, artifacts, controls, accounts, ops):
         app.include_router(module.router)
     mount_dashboard(app, Path(__file__).parent / "web" / "static")
     return app

@@ -143,12 +143,18 @@ def flags(
     acf_dir: Annotated[
         Path | None, typer.Option(help="where to write a carried ACF file (default: next to FILE)")
     ] = None,
+    ptxas: Annotated[
+        Path | None, typer.Option(help="the ptxas that applies a carried ACF (default: the installed toolchain's, "
+                                  "else ptxas on PATH): it must be of the release the ACF is bound to")
+    ] = None,
     public_key: PublicKeyOpt = None,
     server: ServerOpt = None,
     token: TokenOpt = "",
 ) -> None:
-    """The compiler flags an artifact stands for, one line ready for a build script."""
-    from workers.runtime.apply import flags_for, write_acf
+    """The compiler flags an artifact stands for, one line ready for a build script. A carried
+    ACF is written beside it and named in the flags only for a ptxas of the release it is
+    bound to; another release's is refused (exit status 3), naming both."""
+    from workers.runtime.apply import ControlsRefused, flags_for, write_acf
 
     if output_format not in ("line", "json"):
         _fail(f"--format must be line or json, not {output_format!r}")
@@ -158,8 +164,13 @@ def flags(
     controls = doc.controls
     directory = acf_dir or file.resolve().parent
     chosen = tool or DEFAULT_TOOL.get(doc.kernel.backend, "nvcc")
+    version = _ptxas_version(ptxas) if controls.acf is not None else None
+    try:
+        flags_of = {name: flags_for(controls, name, directory, version) for name in {chosen, *controls.flags}}
+    except ControlsRefused as exc:
+        _fail(f"refused: {exc}", code=3)
     if output_format == "line":
-        typer.echo(shlex.join(flags_for(controls, chosen, directory)))
+        typer.echo(shlex.join(flags_of[chosen]))
         return
     acf = None
     if controls.acf is not None:
@@ -167,12 +178,17 @@ def flags(
             "name": controls.acf.name,
             "sha256": controls.acf.sha256,
             "path": str(write_acf(controls.acf, directory)),
+            "compiler": controls.acf.compiler,
+            "compiler_version": controls.acf.compiler_version,
+            "measured_with": controls.acf.measured_with,
+            "applied_with": version,
+            "notice": controls.acf.notice,
         }
     body = {
         "kernel": doc.kernel.name,
         "version": doc.version,
         "backend": doc.kernel.backend,
-        "flags": {name: flags_for(controls, name, directory) for name in controls.flags},
+        "flags": {name: flags_of[name] for name in controls.flags},
         "defines": controls.meta_parameters if doc.kernel.backend != "triton" else {},
         "meta_parameters": controls.meta_parameters,
         "triton_options": controls.triton_options,
@@ -180,6 +196,22 @@ def flags(
         "acf": acf,
     }
     typer.echo(json.dumps(body, indent=2))
+
+
+def _ptxas_version(path: Path | None) -> str | None:
+    """The exact version of the ptxas that would apply an ACF: `path`, else the installed
+    toolchain's, else the one on PATH; None when there is none."""
+    import shutil
+
+    from workers import toolchains
+
+    if path is None:
+        selected = toolchains.selected()
+        if selected is not None:
+            return selected.version
+        found = shutil.which("ptxas")
+        path = Path(found) if found else None
+    return toolchains.ptxas_version(str(path)) if path is not None else None
 
 
 @artifact_app.command("pull")

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from service.artifact_cli import artifact_app, error_message
+from service.controls_cli import acf_app
 from workers.cli import worker as run_worker_command
 from workers.toolchain_cli import toolchain_app
 
@@ -32,6 +33,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(db_app, name="db")
 app.add_typer(artifact_app, name="artifact")
 app.add_typer(toolchain_app, name="toolchain")
+app.add_typer(acf_app, name="acf")
 console = Console()
 err = Console(stderr=True)
 

@@ -152,7 +152,7 @@ class HeldLease:
 class Agent:
     def __init__(self, config: AgentConfig, stop_event: threading.Event | None = None) -> None:
         self.config = config
-        self.toolchain = _select_toolchain(config.toolchain)
+        self.toolchain = _select_toolchain(config.toolchain, config.own_process)
         self.stop = stop_event or threading.Event()
         self.abort = threading.Event()
         self.done = threading.Event()
@@ -196,7 +196,7 @@ class Agent:
             hide_from_same_user()  # no trial of our user reads our environment or memory
         overrides = {"CUDA_VISIBLE_DEVICES": str(config.gpu)} if config.gpu is not None else {}
         toolchain_dirs: list[str] = []
-        if config.toolchain and self.toolchain is not None:
+        if self.toolchain is not None:
             overrides.update(self.toolchain.environment())
             toolchain_dirs.append(str(self.toolchain.root))
         read_only = tuple(str(p.resolve()) for p in config.python_paths)
@@ -633,17 +633,17 @@ class Agent:
                 held.drop(why)
 
 
-def _select_toolchain(requested: str | None) -> toolchains.Toolchain | None:
-    """The toolchain trials compile with: the one asked for (its ptxas is then also the one
-    Triton uses, in this process's probes and in every sandbox), else this environment's own,
-    if any. AgentError names what is installed when the one asked for is not."""
-    if not requested:
-        return toolchains.selected()
+def _select_toolchain(requested: str | None, own_process: bool) -> toolchains.Toolchain | None:
+    """The toolchain trials compile with: the one asked for, else this environment's own, if
+    any. Its ptxas is then the one Triton uses too in every sandbox and, for an agent that is
+    its process, in this process's probes, so that what the worker reports is what compiles.
+    AgentError names what is installed when the one asked for is not."""
     try:
-        toolchain = toolchains.find(requested)
+        toolchain = toolchains.find(requested) if requested else toolchains.selected()
     except toolchains.ToolchainError as exc:
         raise AgentError(str(exc)) from None
-    os.environ.update(toolchain.environment())
+    if toolchain is not None and own_process:
+        os.environ.update(toolchain.environment())
     return toolchain
 
 

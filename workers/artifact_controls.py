@@ -7,8 +7,10 @@ triton: num_warps, num_stages, num_ctas, maxnreg, enable_fp_fusion, ptx_options 
         options, the rest constexpr meta-parameters; ptx_options and an ACF are `ptxas` flags.
 cuda:   NVRTC options (fast math, fmad, ftz, ...) and macros give `nvrtc` flags as the backend
         compiles and the `nvcc` equivalent for a build; ptxas_options and an ACF go to ptxas.
-An ACF named by the configuration travels as bytes (the kernel's options.acf_files text);
-flags refer to it as `{acf}`.
+ptx:    ptxas_options, maxrregcount, opt_level are `ptxas` flags.
+An ACF named by the configuration (a controls parameter's sha256, whose bytes the caller
+passes, or the older `acf` key naming the kernel's options.acf_files text) travels as bytes,
+with the compiler release it is bound to; flags refer to it as `{acf}`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from workers.artifact_doc import ACF_PLACEHOLDER, AcfFile, Controls, KernelIdentity
 from workers.backends.cuda_backend import PROGRAM_OPTIONS, macro_value
 from workers.backends.triton_backend import COMPILE_OPTIONS
-from workers.contract import KernelSpec
+from workers.contract import NO_CONTROLS, KernelSpec
 from workers.measure.gpu_toolchain import NO_ACF, split_config
 
 _SWITCHES = {  # NVRTC and nvcc spell these the same
@@ -92,19 +94,40 @@ def _acf(config: dict[str, Any], options: dict[str, Any]) -> AcfFile | None:
     return AcfFile.of(str(choice), str(files[choice]).encode())
 
 
-def controls_for(kernel: KernelSpec, config: dict[str, Any], *, arch: str | None = None) -> Controls:
+def controls_for(kernel: KernelSpec, config: dict[str, Any], *, arch: str | None = None,
+                 acfs: dict[str, AcfFile] | None = None) -> Controls:
     """The controls of `config` for `kernel`'s backend. `arch` ("sm_90") names the CUDA
-    architecture when the kernel's options do not (the validated GPU's)."""
+    architecture when the kernel's options do not (the validated GPU's); `acfs` holds the
+    files the configuration's controls parameters name, by sha256."""
     options = _options(kernel)
     if kernel.builtin and kernel.backend in ("triton", "cuda"):
         config = {**_builtin_defaults(kernel), **config}  # as the GPU backends resolve it
     if kernel.backend == "cpu":
         return _cpu(config, options)
+    acf = _controls_file(kernel, config, acfs or {}) or _acf(config, options)
+    params = {k: v for k, v in config.items() if k not in kernel.controls}
     if kernel.backend == "triton":
-        return _triton(config, options)
+        return _triton(config, params, acf)
     if kernel.backend == "cuda":
-        return _cuda(config, options, options.get("arch") or arch)
+        return _cuda(config, params, acf, options.get("arch") or arch)
+    if kernel.backend == "ptx":
+        return _ptx(config, params, acf)
     return Controls(config=dict(config))
+
+
+def _controls_file(kernel: KernelSpec, config: dict[str, Any], acfs: dict[str, AcfFile]) -> AcfFile | None:
+    """The file the configuration's controls parameter names (an artifact carries one)."""
+    named = [(name, str(config[name])) for name in kernel.controls if config.get(name, NO_CONTROLS) != NO_CONTROLS]
+    if len(named) > 1:
+        names = ", ".join(n for n, _ in named)
+        raise ControlsError(f"the configuration applies {len(named)} controls files ({names}); "
+                            "an artifact carries one")
+    if not named:
+        return None
+    name, sha = named[0]
+    if sha not in acfs:
+        raise ControlsError(f"the controls file {sha[:12]} ({name}) is not held by the service")
+    return acfs[sha]
 
 
 def _cpu(config: dict[str, Any], options: dict[str, Any]) -> Controls:
@@ -123,9 +146,8 @@ def _cpu(config: dict[str, Any], options: dict[str, Any]) -> Controls:
     )
 
 
-def _triton(config: dict[str, Any], options: dict[str, Any]) -> Controls:
-    compile_options, meta = split_config(config, COMPILE_OPTIONS)
-    acf = _acf(config, options)
+def _triton(config: dict[str, Any], params: dict[str, Any], acf: AcfFile | None) -> Controls:
+    compile_options, meta = split_config(params, COMPILE_OPTIONS)
     compile_options.pop("acf", None)
     ptxas = shlex.split(str(compile_options.get("ptx_options") or ""))
     if acf is not None:
@@ -141,9 +163,22 @@ def _triton(config: dict[str, Any], options: dict[str, Any]) -> Controls:
     )
 
 
-def _cuda(config: dict[str, Any], options: dict[str, Any], arch: str | None) -> Controls:
-    program, macros = split_config(config, PROGRAM_OPTIONS)
-    acf = _acf(config, options)
+def _ptx(config: dict[str, Any], params: dict[str, Any], acf: AcfFile | None) -> Controls:
+    from workers.backends.base import TrialFailure
+    from workers.backends.ptx_backend import ptxas_flags
+
+    try:
+        ptxas = ptxas_flags(params)
+    except TrialFailure as exc:
+        raise ControlsError(exc.message) from None
+    if acf is not None:
+        ptxas += ["--apply-controls", ACF_PLACEHOLDER]
+    return Controls(config=dict(config), flags={"ptxas": ptxas} if ptxas else {}, acf=acf)
+
+
+def _cuda(config: dict[str, Any], params: dict[str, Any], acf: AcfFile | None, arch: str | None) -> Controls:
+    program, macros = split_config(params, PROGRAM_OPTIONS)
+    program.pop("acf", None)
     ptxas = shlex.split(str(program.get("ptxas_options") or ""))
     if acf is not None:
         ptxas += ["--apply-controls", ACF_PLACEHOLDER]

@@ -55,20 +55,51 @@ class KernelIdentity(_Strict):
     builtin: str | None = None
 
 
+NVIDIA_NOTICE: Final = "© NVIDIA Corporation, 2026."  # what CompileIQ's licence asks of its outputs
+
+
 class AcfFile(_Strict):
-    """An NVIDIA Advanced Controls File the configuration applies, carried as opaque bytes."""
+    """An NVIDIA Advanced Controls File the configuration applies, carried as opaque bytes.
+
+    `compiler` and `compiler_version` say what it is bound to: the compiler release it was
+    generated for (ptxas 13.3 refuses any other release's files, and another release's ptxas
+    refuses it); `measured_with` the exact compiler version the validation measured it with.
+    A file CompileIQ generated, or a Booster Pack's, carries NVIDIA's notice."""
 
     name: str = Field(min_length=1, max_length=200)
     sha256: str = Field(pattern=SHA256_HEX)
     content_base64: str
+    compiler: str | None = None  # ptxas | nvcc
+    compiler_version: str | None = None  # the release it is bound to: "13.3"
+    measured_with: str | None = None  # "13.3.73"
+    notice: str | None = None
 
     @classmethod
-    def of(cls, name: str, content: bytes) -> AcfFile:
+    def of(cls, name: str, content: bytes, **binding: str | None) -> AcfFile:
         return cls(
             name=name,
             sha256=hashlib.sha256(content).hexdigest(),
             content_base64=base64.b64encode(content).decode("ascii"),
+            **binding,
         )
+
+    def refusal(self, compiler_version: str | None) -> str | None:
+        """Why a compiler of `compiler_version` (its exact version, None: unknown) must not
+        apply this file, or None."""
+        if self.compiler_version is None:
+            return None
+        bound = f"{self.compiler or 'ptxas'} {self.compiler_version}"
+        measured = f", measured with {self.measured_with}" if self.measured_with else ""
+        if compiler_version is None:
+            return (f"the ACF {self.sha256[:12]} is bound to {bound}{measured}, and which {self.compiler or 'ptxas'} "
+                    "applies it is not known: name it (--ptxas PATH)")
+        if ".".join(compiler_version.split(".")[:2]) != self.compiler_version:
+            install = self.measured_with or self.compiler_version + ".X"
+            return (f"the ACF {self.sha256[:12]} is bound to {bound}{measured}; this {self.compiler or 'ptxas'} is "
+                    f"{compiler_version}, which refuses it: apply it with a {self.compiler_version} "
+                    f"{self.compiler or 'ptxas'} (paretune toolchain install nvidia-cuda-nvcc=={install}) "
+                    "or use an artifact validated with this one")
+        return None
 
     def content(self) -> bytes:
         return strict_b64decode(self.content_base64, "acf.content_base64")
@@ -128,6 +159,9 @@ class ValidatedMetric(_Strict):
 class CorrectnessSummary(_Strict):
     passed: bool
     shapes: list[ShapeCorrectness] = Field(default_factory=list)
+    # "run": checked against the reference on every shape; "compiled": a compile-only study's
+    # candidate compiled for every shape and never ran (check it on a GPU before serving it)
+    scope: Literal["run", "compiled"] = "run"
 
 
 class Provenance(_Strict):

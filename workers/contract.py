@@ -413,9 +413,12 @@ class Target(BaseModel):
     TOOLCHAIN_FIELDS: ClassVar[tuple[str, ...]] = ("driver", "cuda", "triton", "ptxas", "nvrtc", "cc")
 
     def device(self) -> dict[str, str | None]:
-        """The fields that must match for a configuration to apply at all."""
+        """The fields that must match for a configuration to apply at all (a compile-only
+        build's: the compute capability it was built for)."""
         if self.gpu is not None:
             return {"gpu": self.gpu, "compute_capability": self.compute_capability}
+        if self.cpu is None and self.compute_capability is not None:
+            return {"compute_capability": self.compute_capability}
         return {"cpu": self.cpu, "machine": self.machine}
 
     def toolchain(self) -> dict[str, str]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,10 @@ from workers.backends.base import TrialFailure
 from workers.contract import NO_CONTROLS, ControlsFile, FailureReason, KernelSpec
 
 DIRECTORY = "controls"  # inside a build: <sha256>.acf
+# Where compilers read them: a path that is the same in every phase and job (the sandbox's /tmp
+# at the namespaces level), so that a compiler cache keyed by its options (Triton's) finds at
+# run time what the compile phase built. Content-addressed, checked before every use.
+APPLIED_DIRECTORY = "paretune-controls"
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,29 @@ def applied(kernel: KernelSpec, config: dict[str, Any], build: Path) -> list[App
                 f"the configuration applies the controls file {str(value)[:12]} ({name}), "
                 "which the trial did not carry",
             )
-        found.append(Applied(name, parameter.compiler, parameter.version, str(value), path))
+        found.append(Applied(name, parameter.compiler, parameter.version, str(value), _stable(path, str(value))))
     return found
+
+
+def _stable(path: Path, sha256: str) -> Path:
+    """The file at its phase-independent path, written there (atomically) unless it already
+    holds exactly these bytes."""
+    content = path.read_bytes()
+    if hashlib.sha256(content).hexdigest() != sha256:
+        raise TrialFailure(FailureReason.ERROR, f"the controls file {sha256[:12]} does not match its sha256")
+    directory = Path(tempfile.gettempdir()) / APPLIED_DIRECTORY
+    directory.mkdir(mode=0o700, exist_ok=True)
+    target = directory / f"{sha256}.acf"
+    try:
+        if hashlib.sha256(target.read_bytes()).hexdigest() == sha256:
+            return target
+    except OSError:
+        pass
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".acf-")
+    with os.fdopen(handle, "wb") as out:
+        out.write(content)
+    os.replace(temporary, target)
+    return target
 
 
 def kernel_parameters(kernel: KernelSpec, config: dict[str, Any]) -> dict[str, Any]:

@@ -75,6 +75,8 @@ def _trial_spec(
         compile_timeout_s=spec.compile_timeout_s,
         run_timeout_s=spec.run_timeout_s,
         measure=spec.measure,
+        compile_only=spec.compile_only,
+        acfs=spec.acfs,
     )
 
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from workers import controls
 from workers.backends import get_backend
 from workers.backends.base import Backend, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, ShapeCorrectness, ValidationSpec, WorkloadShape
@@ -121,11 +124,15 @@ def _check(
 
 
 def _measure(
-    backend: Backend, spec: ValidationSpec, config: dict[str, Any], built: CompiledKernel, record: dict[str, Any]
+    backend: Backend, spec: ValidationSpec, config: dict[str, Any], built: CompiledKernel, record: dict[str, Any],
+    jobdir: Path,
 ) -> bool:
-    """One measurement of one configuration appended to its record; False if it failed."""
+    """One measurement of one configuration appended to its record; False if it failed. A
+    compile-only study's round compiles the configuration again (its compile metrics and time)."""
     use_build(built.directory)
     try:
+        if spec.compile_only:
+            built = _compiled_again(backend, spec, config, built, jobdir)
         metrics, environment = backend.measure(spec.kernel, config, built, spec.objectives, spec.measure)
     except TrialFailure as exc:
         record["failure"] = _failure(exc.reason, exc.message)
@@ -142,6 +149,18 @@ def _measure(
         record["units"][name] = metrics[name].unit
     record["environments"].append(environment)
     return True
+
+
+def _compiled_again(backend: Backend, spec: ValidationSpec, config: dict[str, Any], built: CompiledKernel,
+                    jobdir: Path) -> CompiledKernel:
+    rounds = jobdir / "rounds"
+    rounds.mkdir(exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(dir=rounds))
+    controls.write(spec.acfs, workdir)
+    try:
+        return backend.compile(spec.kernel, config, workdir, compile_only=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +194,7 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
         for name in order:
             write_whole(jobdir / "phase", f"round {round_index + 1}/{spec.rounds}: {name}")
             config, compiled = built[name]
-            if not _measure(backend, spec, config, compiled, configs[name]):
+            if not _measure(backend, spec, config, compiled, configs[name], jobdir):
                 measured.remove(name)
         if BASELINE not in measured:
             break  # nothing left to compare with
@@ -183,14 +202,15 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
         partial["rounds"] = round_index + 1
         save_progress(jobdir, partial)
     partial["timings"]["measure_s"] = time.perf_counter() - started
-    partial["target"] = _target(spec.kernel.backend)
+    partial["target"] = _target(spec)
     return dict(partial)
 
 
-def _target(backend: str) -> dict[str, Any] | None:
+def _target(spec: ValidationSpec) -> dict[str, Any] | None:
     try:
-        from workers.runtime.detect import detect_target
+        from workers.runtime.detect import compile_target, detect_target
 
-        return detect_target(backend).model_dump(mode="json")
+        target = compile_target(spec.kernel) if spec.compile_only else detect_target(spec.kernel.backend)
+        return target.model_dump(mode="json")
     except Exception:  # the target is information; a broken probe must not fail the job
         return None

@@ -131,6 +131,8 @@ def toolchain_changes(target: dict[str, Any], worker: dict[str, str | None]) -> 
     the worker has the target's device; empty otherwise."""
     if target.get("gpu") is not None:
         same_device = worker["gpu"] == target["gpu"]
+    elif target.get("cpu") is None and target.get("compute_capability") is not None:
+        same_device = True  # a compile-only build's target: any worker of the pool builds it
     else:
         same_device = worker["cpu"] == target.get("cpu") and worker["machine"] in (None, target.get("machine"))
     if not same_device:

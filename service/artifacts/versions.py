@@ -16,14 +16,26 @@ from sqlalchemy.orm import Session
 
 from service.artifacts import audit, validations
 from service.artifacts.signing import SigningKey
+from service.controls import files as controls_files
 from service.domain.artifact_states import CandidateState, VersionState, check_candidate, check_version
 from service.domain.storable import storable_text
 from service.errors import Conflict, Forbidden, NotFound
 from service.store.db import is_postgres
-from service.store.models import Artifact, ArtifactVersion, Candidate, Study, Validation, as_utc, utcnow
+from service.store.models import (
+    Artifact,
+    ArtifactVersion,
+    Candidate,
+    ControlsFile,
+    Study,
+    Validation,
+    as_utc,
+    utcnow,
+)
 from workers import canonical_json
 from workers.artifact_controls import controls_for, kernel_identity
 from workers.artifact_doc import (
+    NVIDIA_NOTICE,
+    AcfFile,
     ArtifactDocument,
     CorrectnessSummary,
     Provenance,
@@ -74,6 +86,21 @@ def current_of(session: Session, artifact: Artifact) -> ArtifactVersion | None:
 # -- approval --------------------------------------------------------------------------------
 
 
+def carried_files(session: Session, kernel: KernelSpec, config: dict[str, Any],
+                  target: Target) -> dict[str, AcfFile]:
+    """The controls files `config` names, as an artifact carries them: bound to the compiler
+    release they were generated for, with the exact version the validation measured with and
+    NVIDIA's notice (files of CompileIQ and of Booster Packs are NVIDIA's outputs)."""
+    shas = controls_files.named(kernel.controls, [config])
+    if not shas:
+        return {}
+    names = {str(config[n]): n for n in kernel.controls if config.get(n) in shas}
+    rows = session.execute(select(ControlsFile).where(ControlsFile.sha256.in_(shas))).scalars()
+    return {row.sha256: AcfFile.of(f"{names[row.sha256]}-{row.sha256[:12]}.acf", row.content, compiler=row.compiler,
+                                   compiler_version=row.version, measured_with=target.ptxas, notice=NVIDIA_NOTICE)
+            for row in rows}
+
+
 def approve(session: Session, candidate: Candidate, actor: audit.Actor, key: SigningKey, why: str) -> ArtifactVersion:
     """Sign a validated candidate into the next version of its (kernel, target)."""
     if candidate.promoted_by is not None and candidate.promoted_by == actor.token_id:
@@ -101,10 +128,12 @@ def approve(session: Session, candidate: Candidate, actor: audit.Actor, key: Sig
         kernel=identity,
         target=target,
         workload=kernel.workload,
-        controls=controls_for(kernel, candidate.config, arch=arch),
+        controls=controls_for(kernel, candidate.config, arch=arch, acfs=carried_files(session, kernel, candidate.config,
+                                                                                      target)),
         metrics=[ValidatedMetric.model_validate(m) for m in result["metrics"]],
         correctness=CorrectnessSummary(passed=True,
-                                       shapes=[ShapeCorrectness.model_validate(s) for s in result["correctness"]]),
+                                       shapes=[ShapeCorrectness.model_validate(s) for s in result["correctness"]],
+                                       scope="compiled" if study.document.get("compile_only") else "run"),
         provenance=Provenance(
             study_id=study.id, trial_id=candidate.trial_id, trial_number=candidate.trial_number,
             candidate_id=candidate.id, validation_id=validation.id,

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from workers import controls, ptxas, toolchains
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
 from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
 from workers.kernels.gpu.loader import (
@@ -226,10 +227,13 @@ class CudaBackend(Backend):
         resolved = resolve(kernel, config, self.name)
         refuse_unlaunchable(kernel, resolved, local_device_limits())
         workdir.mkdir(parents=True, exist_ok=True)
+        applied = [f for f in controls.applied(kernel, resolved.config, workdir) if f.compiler == "ptxas"]
+        resolved.config = controls.kernel_parameters(kernel, resolved.config)
         flags = acf_ptxas_flags(resolved.config.get("acf"), resolved.options, nvrtc_version(), workdir)
         harness = load_harness(resolved, workdir / "src")
         require(harness, HARNESS)
         settings = program_settings(resolved.config, flags)
+        acf = applied[0] if applied else None
         arch = _arch(resolved)
         files: dict[str, str] = {}
         report: dict[str, Any] = {
@@ -246,7 +250,7 @@ class CudaBackend(Backend):
             if variant in report["variants"]:
                 continue
             info, log = self._compile_variant(
-                resolved, settings, macros, arch, workdir / f"{resolved.entry}-{variant}.cubin"
+                resolved, settings, macros, arch, workdir / f"{resolved.entry}-{variant}.cubin", acf
             )
             report["variants"][variant] = {"macros": macros, **info}
             logs.append(log)
@@ -259,10 +263,15 @@ class CudaBackend(Backend):
         macros: dict[str, str],
         arch: str,
         path: Path,
+        acf: controls.Applied | None = None,
     ) -> tuple[dict, str]:
+        """NVRTC to a cubin; with an ACF, NVRTC to PTX and the worker's toolchain's ptxas to
+        the cubin (NVRTC's own ptxas is of its release, which may not be the ACF's)."""
         core = _core()
         buffer = io.StringIO()
         started = time.perf_counter()
+        if acf is not None:
+            settings = {k: v for k, v in settings.items() if k != "ptxas_options"}
         try:
             options = core.ProgramOptions(
                 name=kernel.entry,
@@ -272,7 +281,7 @@ class CudaBackend(Backend):
                 **settings,
             )
             program = core.Program(kernel.source, "c++", options=options)
-            code = program.compile("cubin", logs=buffer)
+            code = program.compile("ptx" if acf is not None else "cubin", logs=buffer)
         except Exception as exc:
             log = buffer.getvalue()
             raise TrialFailure(
@@ -280,6 +289,8 @@ class CudaBackend(Backend):
                 f"NVRTC failed: {type(exc).__name__}: {exc}"[:2000],
                 log=f"{log}\n{exc}",
             ) from exc
+        if acf is not None:
+            return self._assemble(kernel, bytes(code.code), arch, path, acf, started)
         path.write_bytes(bytes(code.code))
         log = buffer.getvalue()
         info: dict[str, Any] = {
@@ -287,6 +298,22 @@ class CudaBackend(Backend):
             **parse_ptxas_report(log),
         }
         return info, log
+
+    @staticmethod
+    def _assemble(kernel: GpuKernel, ptx: bytes, arch: str, path: Path, acf: controls.Applied,
+                  started: float) -> tuple[dict, str]:
+        toolchain = toolchains.selected()
+        if toolchain is None:
+            raise TrialFailure(FailureReason.UNSUPPORTED, f"{acf.parameter}: an ACF is applied by the toolchain's "
+                               "ptxas, and this worker has none: give it --toolchain")
+        source = path.with_suffix(".ptx")
+        source.write_bytes(ptx.rstrip(b"\0"))
+        ptxas_options = str(kernel.config.get("ptxas_options") or "").split()
+        assembled = ptxas.assemble(source, ptxas=toolchain.ptxas, arch=arch, options=ptxas_options, acf=acf.path,
+                                   acf_release=acf.version, version=toolchain.version)
+        path.write_bytes(assembled.cubin)
+        info = {"compile_s": time.perf_counter() - started, **assembled.metrics(), "ptxas": toolchain.version}
+        return info, assembled.log
 
     # -- check and measure: own the GPU ---------------------------------------------------
 
@@ -298,6 +325,7 @@ class CudaBackend(Backend):
         if not torch.cuda.is_available():
             raise TrialFailure(FailureReason.UNSUPPORTED, "no CUDA GPU visible")
         resolved = resolve(kernel, config, self.name)
+        resolved.config = controls.kernel_parameters(kernel, resolved.config)
         harness = load_harness(resolved, built.directory / "src")
         require(harness, HARNESS)
         torch.cuda.init()

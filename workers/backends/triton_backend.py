@@ -60,6 +60,7 @@ from workers.measure.gpu_toolchain import (
     split_config,
     supports_acf,
 )
+from workers.runtime.apply import triton_ptxas_version
 
 COMPILE_OPTIONS = frozenset(
     {"num_warps", "num_stages", "maxnreg", "num_ctas", "enable_fp_fusion", "ptx_options", "acf"}
@@ -192,7 +193,7 @@ class TritonBackend(Backend):
             "reason": "",
             "compilers": {
                 "triton": triton.__version__,
-                "ptxas": format_version(version),
+                "ptxas": triton_ptxas_version() or format_version(version),
                 "torch": torch.__version__,
             },
             "ptxas_path": path,

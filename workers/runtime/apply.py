@@ -28,10 +28,15 @@ def triton_config_arguments(controls: Controls) -> dict[str, Any]:
     return {"kwargs": dict(controls.meta_parameters), **options}
 
 
+class ControlsRefused(ValueError):
+    """The artifact's ACF is bound to another compiler release than the one that would apply it."""
+
+
 def triton_launch_options(controls: Controls, acf_dir: Path | None = None) -> dict[str, Any]:
-    """Compile options triton.Config does not carry: pass them at launch (kernel[grid](..., **these))."""
+    """Compile options triton.Config does not carry: pass them at launch (kernel[grid](..., **these)).
+    A carried ACF is applied only when Triton's ptxas (TRITON_PTXAS_PATH) is of its release."""
     options = {k: v for k, v in controls.triton_options.items() if k not in TRITON_CONFIG_OPTIONS}
-    ptx = flags_for(controls, "ptxas", acf_dir)
+    ptx = flags_for(controls, "ptxas", acf_dir, compiler_version=triton_ptxas_version() if controls.acf else None)
     if ptx:
         options["ptx_options"] = " ".join(ptx)
     else:
@@ -45,15 +50,35 @@ def triton_config(controls: Controls) -> Any:
     return triton.Config(**triton_config_arguments(controls))
 
 
-def flags_for(controls: Controls, tool: str, acf_dir: Path | None = None) -> list[str]:
-    """The tool's arguments, the ACF placeholder replaced by the written file's path."""
+def flags_for(controls: Controls, tool: str, acf_dir: Path | None = None,
+              compiler_version: str | None = None) -> list[str]:
+    """The tool's arguments, the ACF placeholder replaced by the written file's path; an ACF
+    bound to a compiler release is applied only by a compiler (`compiler_version`, its exact
+    version) of that release, else ControlsRefused names both."""
     flags = list(controls.flags.get(tool, []))
     if not any(ACF_PLACEHOLDER in flag for flag in flags):
         return flags
     if controls.acf is None:
         raise ValueError(f"the {tool} flags refer to an ACF file the artifact does not carry")
+    refusal = controls.acf.refusal(compiler_version)
+    if refusal:
+        raise ControlsRefused(refusal)
     path = str(write_acf(controls.acf, acf_dir or default_acf_dir()))
     return [flag.replace(ACF_PLACEHOLDER, path) for flag in flags]
+
+
+def triton_ptxas_version() -> str | None:
+    """The exact version of the ptxas Triton compiles with here (TRITON_PTXAS_PATH, else its own)."""
+    from workers import toolchains
+
+    path = os.environ.get("TRITON_PTXAS_PATH")
+    if not path:
+        try:
+            import triton
+        except ImportError:
+            return None
+        path = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
+    return toolchains.ptxas_version(path) if Path(path).is_file() else None
 
 
 def default_acf_dir() -> Path:

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from workers.contract import Target
+from workers.contract import KernelSpec, Target
 from workers.measure.gpu_toolchain import format_version, package_version
 
 GPU_BACKENDS = ("triton", "cuda")
@@ -40,6 +40,21 @@ def detect_target(backend: str) -> Target:
     return target
 
 
+def compile_target(kernel: KernelSpec) -> Target:
+    """The target of a compile-only build: the compute capability it was built for and the
+    toolchain that built it (no GPU, no driver)."""
+    from workers import toolchains
+
+    toolchain = toolchains.selected()
+    capability = kernel.options.get("compute_capability")
+    if capability is None and str(kernel.options.get("arch", "")).startswith("sm_"):
+        digits = str(kernel.options["arch"])[3:].rstrip("a")
+        capability = f"{digits[:-1]}.{digits[-1]}"
+    version = package_version("triton") if kernel.backend == "triton" else "absent"
+    return Target(compute_capability=capability, ptxas=toolchain.version if toolchain else None,
+                  triton=None if version == "absent" else version)
+
+
 def _host_target() -> Target:
     from workers.backends.cpu import CpuBackend
     from workers.fingerprint import cpu_model
@@ -48,10 +63,11 @@ def _host_target() -> Target:
 
 
 def _triton_ptxas() -> str | None:
-    from workers.backends.triton_backend import triton_ptxas
+    """The exact version of the ptxas Triton compiles with (the selected toolchain's, when a
+    worker pins one), as workers report it."""
+    from workers.runtime.apply import triton_ptxas_version
 
-    _, version = triton_ptxas()
-    return format_version(version) if version else None
+    return triton_ptxas_version()
 
 
 def _gpu_identity() -> dict[str, Any]:

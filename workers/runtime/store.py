@@ -136,11 +136,13 @@ class ArtifactStore:
         return triton.autotune(configs=self.triton_configs(kernel, default), key=key, **options)
 
     def flags(
-        self, kernel: str, tool: str = "nvcc", default: list[str] | None = None, acf_dir: Path | None = None
+        self, kernel: str, tool: str = "nvcc", default: list[str] | None = None, acf_dir: Path | None = None,
+        compiler_version: str | None = None,
     ) -> list[str]:
-        """The approved flags for `tool` (nvcc, nvrtc, ptxas, cc), or `default`."""
+        """The approved flags for `tool` (nvcc, nvrtc, ptxas, cc), or `default`. A carried ACF
+        needs `compiler_version`, the exact version of the compiler that applies it."""
         controls = self.select(kernel).controls
-        return flags_for(controls, tool, acf_dir) if controls else list(default or [])
+        return flags_for(controls, tool, acf_dir, compiler_version) if controls else list(default or [])
 
 
 def _device(target: Target) -> str:
