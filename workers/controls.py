@@ -79,12 +79,22 @@ def applied(kernel: KernelSpec, config: dict[str, Any], build: Path) -> list[App
 
 def _stable(path: Path, sha256: str) -> Path:
     """The file at its phase-independent path, written there (atomically) unless it already
-    holds exactly these bytes."""
+    holds exactly these bytes. The directory is shared by the phases' sandbox users (sticky,
+    like /tmp); where another user's file stands in the way, a directory of this user's own."""
     content = path.read_bytes()
     if hashlib.sha256(content).hexdigest() != sha256:
         raise TrialFailure(FailureReason.ERROR, f"the controls file {sha256[:12]} does not match its sha256")
-    directory = Path(tempfile.gettempdir()) / APPLIED_DIRECTORY
-    directory.mkdir(mode=0o700, exist_ok=True)
+    shared = Path(tempfile.gettempdir()) / APPLIED_DIRECTORY
+    try:
+        return _place(shared, sha256, content, mode=0o1777)
+    except OSError:
+        return _place(shared.with_name(f"{APPLIED_DIRECTORY}-{os.getuid()}"), sha256, content, mode=0o700)
+
+
+def _place(directory: Path, sha256: str, content: bytes, mode: int) -> Path:
+    if not directory.is_dir():
+        directory.mkdir(exist_ok=True)
+        os.chmod(directory, mode)  # whatever the umask
     target = directory / f"{sha256}.acf"
     try:
         if hashlib.sha256(target.read_bytes()).hexdigest() == sha256:
@@ -94,6 +104,7 @@ def _stable(path: Path, sha256: str) -> Path:
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".acf-")
     with os.fdopen(handle, "wb") as out:
         out.write(content)
+    os.chmod(temporary, 0o644)
     os.replace(temporary, target)
     return target
 

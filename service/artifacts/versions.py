@@ -96,7 +96,7 @@ def carried_files(session: Session, kernel: KernelSpec, config: dict[str, Any],
         return {}
     names = {str(config[n]): n for n in kernel.controls if config.get(n) in shas}
     rows = session.execute(select(ControlsFile).where(ControlsFile.sha256.in_(shas))).scalars()
-    return {row.sha256: AcfFile.of(f"{names[row.sha256]}-{row.sha256[:12]}.acf", row.content, compiler=row.compiler,
+    return {row.sha256: AcfFile.of(f"{names[row.sha256]}-{row.sha256[:12]}", row.content, compiler=row.compiler,
                                    compiler_version=row.version, measured_with=target.ptxas, notice=NVIDIA_NOTICE)
             for row in rows}
 
