@@ -23,12 +23,13 @@ TokenOpt = Annotated[str, typer.Option(envvar="PARETUNE_TOKEN", help="API token"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
-def _call(method: str, server: str, path: str, token: str, **kwargs: Any) -> Any:
+def _call(method: str, server: str, path: str, token: str, headers: dict[str, str] | None = None,
+          **kwargs: Any) -> Any:
     if not token:
         _fail("no token: pass --token or set PARETUNE_TOKEN")
     try:
-        response = httpx.request(method, server.rstrip("/") + path, headers={"Authorization": f"Bearer {token}"},
-                                 timeout=120, **kwargs)
+        response = httpx.request(method, server.rstrip("/") + path,
+                                 headers={"Authorization": f"Bearer {token}", **(headers or {})}, timeout=120, **kwargs)
     except httpx.HTTPError as exc:
         _fail(f"cannot reach {server}: {exc}")
     if response.status_code >= 400:

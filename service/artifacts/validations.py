@@ -353,7 +353,8 @@ def _verdict(reports: list[wire.ValidationReport], candidate_id: int, objectives
         return result
     result["passed"] = True
     result["message"] = "; ".join(
-        f"{m.objective} x{_short(m.ratio)} [{_short(m.ci_low)}, {_short(m.ci_high)}] {m.verdict}" for m in metrics)
+        f"{m.objective} x{_short(m.ratio)} [{_short(m.ci_low)}, {_short(m.ci_high)}] {m.verdict}" if m.ratio is not None
+        else f"{m.objective} {_short(m.baseline)} -> {_short(m.candidate)} {m.verdict}" for m in metrics)
     return result
 
 

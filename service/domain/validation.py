@@ -22,7 +22,9 @@ order, for many rounds on one worker; a validation may be several jobs on severa
   objective's direction; `insufficient` when fewer than jobs + 1 rounds leave no spread to
   estimate.
 Rounds where either value is not a positive finite number have no log-ratio; they are left
-out and counted.
+out and counted, except for a metric read exactly (the same value in every round of both, as
+a compiler's report is): it is compared exactly, zeros included (0 spill bytes against 48 is
+better, 0 against 0 no different), with an interval of width 0.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ def compare(
     """The candidate against the baseline on one objective, over every job's rounds."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be within (0, 1), got {confidence}")
+    exact = _exact(blocks)
+    if exact is not None:
+        return _exactly(exact, blocks, objective, direction, unit, confidence)
     per_job: list[list[tuple[float, float]]] = []  # (ln baseline, ln candidate) of each usable round
     excluded = 0
     for block in blocks:
@@ -112,6 +117,33 @@ def compare(
         rounds=rounds,
         jobs=jobs,
         excluded=excluded,
+    )
+
+
+def _exact(blocks: Sequence[PairedBlock]) -> tuple[float, float] | None:
+    """(baseline, candidate) when every round of every block read the same finite,
+    non-negative values; else None."""
+    values = {(b, c) for block in blocks for b, c in zip(block.baseline, block.candidate, strict=False)}
+    if len(values) != 1:
+        return None
+    (b, c), = values
+    return (b, c) if math.isfinite(b) and math.isfinite(c) and b >= 0 and c >= 0 else None
+
+
+def _exactly(values: tuple[float, float], blocks: Sequence[PairedBlock], objective: str, direction: Direction,
+             unit: str, confidence: float) -> ValidatedMetric:
+    baseline, candidate = values
+    rounds = sum(min(len(b.baseline), len(b.candidate)) for b in blocks)
+    ratio = candidate / baseline if baseline > 0 else (1.0 if candidate == 0 else None)
+    better = candidate < baseline if direction == "minimize" else candidate > baseline
+    verdict: Literal["better", "worse", "no_difference"] = (
+        "no_difference" if candidate == baseline else "better" if better else "worse")
+    gain = None if ratio is None or ratio == 0 and direction == "minimize" else _gain(ratio, direction)
+    return ValidatedMetric(
+        objective=objective, direction=direction, unit=unit, baseline=baseline, candidate=candidate, ratio=ratio,
+        ci_low=ratio, ci_high=ratio, gain=gain, gain_ci_low=gain, gain_ci_high=gain,
+        significant=verdict != "no_difference", verdict=verdict, confidence=confidence, rounds=rounds,
+        jobs=len([b for b in blocks if b.baseline and b.candidate]), excluded=0,
     )
 
 

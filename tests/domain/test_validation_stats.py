@@ -158,3 +158,22 @@ def test_compare_reports_pools_the_jobs_of_one_candidate() -> None:
     assert (first.jobs, first.rounds, first.unit) == (2, 8, "ms")
     (second,) = compare_reports([a, b], 2, [("runtime_ms", "minimize")])
     assert second.verdict == "worse"
+
+
+def test_a_metric_read_exactly_is_compared_exactly_zeros_included() -> None:
+    """A compiler's report is the same in every round: 0 spill bytes against 48 is better,
+    0 against 0 no different, 96 registers against 128 a ratio of 0.75 with no spread."""
+    from service.domain.validation import PairedBlock, compare
+
+    fewer = compare([PairedBlock([48.0] * 3, [0.0] * 3)], objective="spill_bytes", direction="minimize")
+    assert (fewer.verdict, fewer.significant, fewer.ratio, fewer.rounds) == ("better", True, 0.0, 3)
+    more = compare([PairedBlock([0.0, 0.0], [16.0, 16.0])], objective="spill_bytes", direction="minimize")
+    assert (more.verdict, more.ratio, more.candidate) == ("worse", None, 16.0)
+    same = compare([PairedBlock([0.0] * 2, [0.0] * 2)], objective="spill_bytes", direction="minimize")
+    assert (same.verdict, same.ratio, same.significant) == ("no_difference", 1.0, False)
+    registers = compare([PairedBlock([128.0] * 2, [96.0] * 2), PairedBlock([128.0], [96.0])],
+                        objective="registers", direction="minimize")
+    assert (registers.ratio, registers.ci_low, registers.ci_high, registers.jobs) == (0.75, 0.75, 0.75, 2)
+    # measured values that vary keep the paired log-ratio statistics
+    noisy = compare([PairedBlock([1.0, 1.1, 0.9], [0.8, 0.85, 0.75])], objective="runtime_ms", direction="minimize")
+    assert noisy.ci_low is not None and noisy.ci_low < noisy.ratio < noisy.ci_high
