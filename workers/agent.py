@@ -152,11 +152,13 @@ class HeldLease:
 class Agent:
     def __init__(self, config: AgentConfig, stop_event: threading.Event | None = None) -> None:
         self.config = config
-        self.toolchain = _select_toolchain(config.toolchain, config.own_process)
         self.stop = stop_event or threading.Event()
         self.abort = threading.Event()
         self.done = threading.Event()
         self.client = ControlPlaneClient(config.server, config.token, stop=self.stop, abort=self.abort)
+        # --toolchain, else the one the pool requires, else this environment's own
+        requested = config.toolchain or self.client.pool_toolchain(config.pool)
+        self.toolchain = _select_toolchain(requested, config.own_process)
         self.cache = ArtifactCache(config.cache_dir or default_cache_dir())
         self.sandbox = self._sandbox()
         self.summary = AgentSummary()

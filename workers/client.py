@@ -159,6 +159,16 @@ class ControlPlaneClient:
             if interrupt.wait(delay) or self.abort.is_set():
                 raise GaveUp(f"POST {path}: stopping")
 
+    def pool_toolchain(self, pool: str) -> str | None:
+        """The toolchain `pool` requires (GET /v1/pools), if it requires one; None also when
+        the service cannot be asked now (the worker then uses its own default)."""
+        try:
+            response = self._http.get("/v1/pools", timeout=min(self.timeout_s, 10.0))
+            rules = response.json() if response.status_code == 200 else []
+        except (httpx.HTTPError, ValueError):
+            return None
+        return next((str(r["toolchain"]) for r in rules if r.get("name") == pool and r.get("toolchain")), None)
+
     def register(self, request: RegisterRequest) -> RegisterResponse:
         response = self._request("/v1/workers/register", request, deadline=None)
         if response.status_code not in (200, 201):

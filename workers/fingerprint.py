@@ -117,6 +117,7 @@ def collect(
         if probe.get("available"):
             compilers.update({k: str(v) for k, v in probe.get("compilers", {}).items()})
     available = sorted(name for name, probe in probes.items() if probe.get("available"))
+    gpu_info = gpus()
     extra: dict[str, Any] = {  # Fingerprint allows extra fields: kept with every trial
         "usable_cpus": len(usable_cpus()),
         "memory_gib": memory_gib(),
@@ -125,10 +126,12 @@ def collect(
         "unavailable_backends": {
             name: str(probe.get("reason", "")) for name, probe in probes.items() if not probe.get("available")
         },
-        **gpus(),
+        **gpu_info,
         **(gpu_identity(gpu) if gpu is not None else {}),
         **({"isolation_detail": isolation} if isolation else {}),
         **({"sandbox_limits": limits} if limits else {}),
+        # whether its GPU backends run on a GPU (false: they build compile-only trials only)
+        "gpu": any(bool(probes[name].get("gpu")) for name in available) or bool(gpu_info.get("gpu_count")),
         **({"toolchain": {"package": toolchain.package, "version": toolchain.version,
                           "release": toolchain.release, "ptxas": toolchain.version}} if toolchain else {}),
     }

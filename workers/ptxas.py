@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workers import toolchains
 from workers.backends.base import TrialFailure
 from workers.contract import COMPILE_METRICS, FailureReason, Metric
+from workers.toolchains import Toolchain
 
 INVALID_CONTROLS = "Invalid compiler controls file"
 _FUNCTION = re.compile(r"Compiling entry function '([^']+)'")
@@ -126,6 +128,15 @@ def assemble(ptx: Path, *, ptxas: Path, arch: str, options: list[str], acf: Path
                      log.strip()[:500])
         raise TrialFailure(FailureReason.COMPILE_ERROR, f"ptxas failed (exit {done.returncode}): {first}", log=log)
     return Assembled(cubin_path.read_bytes(), _COMPILE_TIME.sub("", log), seconds, command)
+
+
+def toolchain() -> Toolchain:
+    """The toolchain compile-only trials assemble with, or a TrialFailure saying how to get one."""
+    selected = toolchains.selected()
+    if selected is None:
+        raise TrialFailure(FailureReason.UNSUPPORTED, "compile-only trials need a ptxas: install nvidia-cuda-nvcc "
+                           "(the acf extra) or give the worker --toolchain")
+    return selected
 
 
 def arch_of(compute_capability: str) -> str:

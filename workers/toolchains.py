@@ -165,7 +165,8 @@ def find(requested: str) -> Toolchain:
     installed patch), `nvidia-cuda-nvcc==X`, or a directory holding bin/ptxas."""
     path = Path(requested).expanduser()
     if path.is_dir():
-        toolchain = of_root(path) or (of_root(_target_root(path)) if _target_root(path) else None)
+        inner = _target_root(path)
+        toolchain = of_root(path) or (of_root(inner) if inner is not None else None)
         if toolchain is None:
             raise ToolchainError(f"{path} holds no runnable bin/ptxas")
         return toolchain

@@ -28,7 +28,6 @@ import argparse
 import importlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,7 +110,7 @@ def fact(kernel: dict[str, Any], acf: Path) -> dict[str, Any]:
 
 def apply_main(directory: Path, key: Path, spec_path: Path, out: Path) -> None:
     """The plain process: the artifact through the runtime module, against no ACF."""
-    from artifacts_e2e import interleave
+    from artifacts_e2e import hot_ms, interleave
 
     from workers.runtime import ArtifactStore
 
@@ -128,44 +127,9 @@ def apply_main(directory: Path, key: Path, spec_path: Path, out: Path) -> None:
     error = relative_error(output(), reference())
     default, _, _ = launcher(kernel, kernel["dims"], config, None)
     result = {"rel_l2_err": error, "correct": error < 2e-2, "ptx_options": launch_options.get("ptx_options"),
-              **interleave(approved, default, _hot_ms, spec["rounds"]),
+              **interleave(approved, default, hot_ms, spec["rounds"]),
               "imports_service": any(n == "service" or n.startswith("service.") for n in sys.modules)}
     out.write_text(json.dumps(result, indent=2))
-
-
-def _hot_ms(fn: Any, window_s: float = 1.0, warmup_s: float = 0.1) -> float:
-    """runtime_ms as the worker measures it: a CUDA graph of ~10 ms of calls replayed back to
-    back for `window_s`; the median per-call time of the replays."""
-    import torch
-
-    event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-    fn()
-    start, end = event(), event()
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    calls = max(1, min(1000, round(10.0 / max(start.elapsed_time(end), 1e-3))))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    replay_ms = max(start.elapsed_time(end) * calls, 1e-3)
-    for _ in range(max(1, round(warmup_s * 1000 / replay_ms))):
-        graph.replay()
-    marks = [event() for _ in range(max(10, round(window_s * 1000 / replay_ms)) + 1)]
-    marks[0].record()
-    for mark in marks[1:]:
-        graph.replay()
-        mark.record()
-    marks[-1].synchronize()
-    return statistics.median(x.elapsed_time(y) / calls for x, y in zip(marks[:-1], marks[1:], strict=True))
 
 
 # -- the stack ---------------------------------------------------------------------------------

@@ -81,40 +81,43 @@ def apply_gpu(store: Any, baseline: dict[str, Any], dims: dict[str, int], rounds
     expected = a.float() @ b.float()
     error = ((c.float() - expected).norm() / expected.norm()).item()
 
-    def hot_ms(fn: Any, window_s: float = 1.0, warmup_s: float = 0.1) -> float:
-        """The worker's runtime_ms: a CUDA graph of about 10 ms of back-to-back calls,
-        replayed for `window_s` after a warm-up; the median per-call time of the replays."""
-        event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-        fn()
-        start, end = event(), event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        calls = max(1, min(1000, round(10.0 / max(start.elapsed_time(end), 1e-3))))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
-        replay_ms = max(start.elapsed_time(end) * calls, 1e-3)
-        for _ in range(max(1, round(warmup_s * 1000 / replay_ms))):
-            graph.replay()
-        marks = [event() for _ in range(max(10, round(window_s * 1000 / replay_ms)) + 1)]
-        marks[0].record()
-        for mark in marks[1:]:
-            graph.replay()
-            mark.record()
-        marks[-1].synchronize()
-        return statistics.median(x.elapsed_time(y) / calls for x, y in zip(marks[:-1], marks[1:], strict=True))
-
     return {"rel_l2_err": error, "correct": error < 2e-2, **interleave(approved, default, hot_ms, rounds),
             "launch_options": launch, "match": _match(store, "gemm_bf16")}
+
+
+def hot_ms(fn: Any, window_s: float = 1.0, warmup_s: float = 0.1) -> float:
+    """The worker's runtime_ms on a GPU: a CUDA graph of about 10 ms of back-to-back calls,
+    replayed for `window_s` after a warm-up; the median per-call time of the replays."""
+    import torch
+
+    event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    fn()
+    start, end = event(), event()
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    calls = max(1, min(1000, round(10.0 / max(start.elapsed_time(end), 1e-3))))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    replay_ms = max(start.elapsed_time(end) * calls, 1e-3)
+    for _ in range(max(1, round(warmup_s * 1000 / replay_ms))):
+        graph.replay()
+    marks = [event() for _ in range(max(10, round(window_s * 1000 / replay_ms)) + 1)]
+    marks[0].record()
+    for mark in marks[1:]:
+        graph.replay()
+        mark.record()
+    marks[-1].synchronize()
+    return statistics.median(x.elapsed_time(y) / calls for x, y in zip(marks[:-1], marks[1:], strict=True))
 
 
 def apply_cpu(store: Any, baseline: dict[str, Any], dims: dict[str, int], rounds: int) -> dict[str, Any]:

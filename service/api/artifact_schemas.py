@@ -131,12 +131,15 @@ class VersionSummary(BaseModel):
     approved_at: Utc
     candidate_id: int | None
     validation_id: int | None
+    acf: dict[str, Any] | None = Field(default=None, description="the ACF it carries: sha256 and binding, no bytes")
 
     @classmethod
     def of(cls, row: ArtifactVersion) -> VersionSummary:
+        acf = (row.document.get("controls") or {}).get("acf")
         return cls(version=row.version, state=row.state, stale=row.stale, sha256=row.sha256,
                    approved_by=row.approved_by_name, approved_at=row.approved_at, candidate_id=row.candidate_id,
-                   validation_id=row.validation_id)
+                   validation_id=row.validation_id,
+                   acf={k: v for k, v in acf.items() if k != "content_base64"} if acf else None)
 
 
 class VersionOut(VersionSummary):

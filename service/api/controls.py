@@ -17,7 +17,7 @@ from service.api.deps import PrincipalDep, ReadSession, StateDep, WriteSession
 from service.api.schemas import ERROR_RESPONSES, Utc
 from service.controls import packs
 from service.errors import Forbidden, NotFound
-from service.store.models import ControlsFile, ControlsPack, ControlsPackFile
+from service.store.models import ControlsFile, ControlsPack, ControlsPackFile, Study
 
 router = APIRouter(prefix="/v1/controls", tags=["compiler controls"], responses=ERROR_RESPONSES)
 Sha256 = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="the file's sha256")]
@@ -111,12 +111,18 @@ def get_file(sha: Sha256, principal: PrincipalDep, session: ReadSession,
              content: Annotated[bool, Query(description="include the file's bytes (base64)")] = False) -> FileOut:
     principal.require("viewer")
     row = session.get(ControlsFile, sha)
-    if row is None:
-        raise NotFound(f"no controls file {sha[:12]}… is held here", field="sha")
     names = list(session.execute(select(ControlsPackFile.pack_id).where(ControlsPackFile.sha256 == sha)).scalars())
+    # a pack's files are every team's; an ACF the engine generated, its study's team's
+    mine = row is not None and (names or row.study_id is None or _team_of(session, row.study_id) == principal.team_id)
+    if row is None or not mine:
+        raise NotFound(f"no controls file {sha[:12]}… is held here for your team", field="sha")
     return FileOut(sha256=row.sha256, compiler=row.compiler, version=row.version, origin=row.origin,
                    size_bytes=row.size_bytes, study_id=row.study_id, created_at=row.created_at, packs=sorted(names),
                    content_base64=base64.b64encode(row.content).decode("ascii") if content else None)
+
+
+def _team_of(session: Session, study_id: int) -> int | None:
+    return session.execute(select(Study.team_id).where(Study.id == study_id)).scalar_one_or_none()
 
 
 def _pack_out(session: Session, row: ControlsPack) -> PackOut:

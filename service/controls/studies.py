@@ -18,7 +18,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.controls.catalog import CatalogError, ControlsCatalog
-from service.domain.space import NO_CONTROLS
+from service.domain.space import NO_CONTROLS, SearchSpace
+from service.domain.study_doc import DocumentError, check_grid
 from service.errors import Invalid
 from service.store.models import ControlsFile, ControlsPack, ControlsPackFile, Pool, Worker
 from workers.toolchains import release_of
@@ -46,6 +47,12 @@ def resolve(session: Session, catalog: ControlsCatalog, document: dict[str, Any]
                               field=f"{field}.version") from None
             param["search_space_sha256"] = entry.sha256
         _pool_compiles(session, document["pool"], document["kernel"]["backend"], param, field)
+    if document["sampler"]["name"] == "grid" and any(p.get("pack") for _, p in controls):
+        try:  # the grid, now that the packs' files are its choices
+            size = check_grid(SearchSpace.parse(document["space"]))
+        except DocumentError as exc:
+            raise Invalid(exc.message, field=exc.field) from None
+        document["budget"]["max_trials"] = min(document["budget"]["max_trials"], size + 1)
 
 
 def _pack_files(session: Session, param: dict[str, Any], field: str) -> list[str]:

@@ -194,7 +194,10 @@ def _axis_size(param: Any) -> int | None:
 def _axis_value(param: Any, index: int) -> Any:
     if isinstance(param, BoolParam):
         return bool(index)
-    if isinstance(param, CategoricalParam | CompilerControlsParam):
+    if isinstance(param, CategoricalParam):
+        return param.choices[index]
+    if isinstance(param, CompilerControlsParam):
+        assert param.choices is not None, "an engine's controls parameter has no grid"
         return param.choices[index]
     if isinstance(param, IntParam):
         return param.low + index * param.step

@@ -15,9 +15,12 @@ scheduling step, as service.scheduling.mirror drives Optuna's samplers:
   ones negated: the engine minimises), or INVALID_SCORE when it failed, was refused or broke
   a constraint. The baseline (no ACF) and warm-start configurations are measured, never told.
 - The engine's checkpoint is written to sampler_checkpoints in the same transaction as the
-  step that changed it: a restart, another replica or a scheduler process restores it and
-  carries on with the same generation. Candidates it restores as pending are the trials
-  already queued or running (told when they finish) and those still waiting in the batch.
+  step that asked for a batch, and the step that told a generation's last result (not at
+  every result: a checkpoint holds the whole ledger). A restart, another replica or a
+  scheduler process restores it and carries on with the same generation: the candidates it
+  restores as pending are the trials already queued or running (told when they finish),
+  those still waiting in the batch, and those whose results the steps since told, which are
+  told again from the trials table (the results are there, committed with `told`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from service.domain.study_doc import DocumentError
 from service.scheduling import feasibility
 from service.scheduling.asks import SamplerWaits, SpaceExhausted
 from service.store.models import ControlsFile, SamplerCheckpoint, Study, Trial, utcnow
+from service.trials.queries import LIGHT
 
 if TYPE_CHECKING:
     from service.scheduling.fronts import Front
@@ -219,7 +223,9 @@ class EngineMirror:
         self.issued: set[str] = set()  # param_ids of the engine's that are (or were) trials
         self.told: set[str] = set()
         self.new_files: dict[str, tuple[bytes, CompilerControlsParam]] = {}
-        self.changed = False
+        self.scores: list[Any] = []  # told by this step, handed to the engine in one call
+        self.asked = False  # this step asked the engine for a batch
+        self.changed = False  # the engine's state differs from the stored checkpoint
         self.workdir = Path(tempfile.mkdtemp(prefix="paretune-compileiq-"))
 
     def close(self) -> None:
@@ -260,19 +266,26 @@ class EngineMirror:
                 path.write_bytes(state)
                 self.search = Search.from_checkpoint(path, **common)
                 path.unlink()
-        trials = session.execute(
-            select(Trial.sampler_state, Trial.state, Trial.told)
-            .where(Trial.study_id == self.study_id)
-        ).all()
+        self.scores, self.asked, self.changed = [], False, False
         self.issued, self.told = set(), set()
-        for sampler_state, trial_state, told in trials:
-            param_id = (sampler_state or {}).get(STATE_KEY, {}).get("param_id")
-            if param_id is not None:
-                self.issued.add(param_id)
-                if told and trial_state in {s.value for s in TRIAL_FINISHED}:
+        pending = {str(c.param_id) for c in self.search.pending_candidates}
+        replay = []
+        rows = session.execute(select(Trial).options(*LIGHT).where(Trial.study_id == self.study_id)).scalars()
+        for trial in rows:
+            param_id = (trial.sampler_state or {}).get(STATE_KEY, {}).get("param_id")
+            if param_id is None:
+                continue
+            self.issued.add(param_id)
+            if trial.told and trial.state in TRIAL_FINISHED:
+                if param_id in pending:
+                    replay.append(trial)  # told since the checkpoint was written
+                else:
                     self.told.add(param_id)
+        for trial in replay:
+            self.learn(trial)
+        self._tell()
+        self.changed = bool(replay)  # stored again once the generation's last result is told
         self.waiting = deque(c for c in self.search.pending_candidates if str(c.param_id) not in self.issued)
-        self.changed = False
 
     def _binary(self, param: CompilerControlsParam) -> Path:
         try:
@@ -295,6 +308,7 @@ class EngineMirror:
         if number <= len(self.warm):
             return {**self.baseline, **self.warm[number - 1]}, {}, 0
         assert self.search is not None and self.engine_space is not None
+        self._tell()
         if not self.waiting:
             generations = self.search._search_config.generations
             if self.search.current_generation >= generations:
@@ -304,7 +318,7 @@ class EngineMirror:
                 raise SamplerWaits()
             with _quiet():
                 self.waiting.extend(self.search.ask())
-            self.changed = True
+            self.asked = self.changed = True
         candidate = self.waiting.popleft()
         config, files = self.engine_space.configuration(candidate.params, self.baseline)
         self.new_files.update(files)
@@ -318,18 +332,25 @@ class EngineMirror:
     # -- tell ------------------------------------------------------------------------------
 
     def learn(self, row: Trial) -> None:
-        """Tell the engine of a finished trial of one of its candidates (once)."""
+        """Tell the engine of a finished trial of one of its candidates (once; the step's
+        tells go to the engine together, before it is asked and at the step's end)."""
         param_id = (row.sampler_state or {}).get(STATE_KEY, {}).get("param_id")
         if param_id is None or param_id in self.told or row.state not in TRIAL_FINISHED:
             return
         from compileiq.types import Score
 
-        assert self.search is not None
         score = self.score(row)
-        with _quiet():
-            self.search.tell([Score(score=score if len(score) > 1 else score[0], param_id=param_id,
-                                    num_objectives=len(self.objectives))])
+        self.scores.append(Score(score=score if len(score) > 1 else score[0], param_id=param_id,
+                                 num_objectives=len(self.objectives)))
         self.told.add(param_id)
+
+    def _tell(self) -> None:
+        if not self.scores:
+            return
+        assert self.search is not None
+        with _quiet():
+            self.search.tell(self.scores)
+        self.scores = []
         self.changed = True
 
     def score(self, row: Trial) -> list[float | str]:
@@ -346,8 +367,10 @@ class EngineMirror:
     # -- the step's end --------------------------------------------------------------------
 
     def persist(self, session: Session) -> None:
-        """The files the step's candidates generated, and the engine's checkpoint, into the
-        step's transaction."""
+        """The files the step's candidates generated, and the engine's checkpoint when the
+        step asked for a batch or told a generation's last result, into the step's
+        transaction."""
+        self._tell()
         if self.new_files:
             known = set(session.execute(select(ControlsFile.sha256)
                                         .where(ControlsFile.sha256.in_(list(self.new_files)))).scalars())
@@ -357,9 +380,9 @@ class EngineMirror:
                                              compiler=param.compiler, version=param.version, origin="engine",
                                              study_id=self.study_id))
             self.new_files = {}
-        if not self.changed:
-            return
         assert self.search is not None
+        if not self.changed or not (self.asked or not self.search.pending_candidates):
+            return
         path = self.workdir / "checkpoint.json"
         with _quiet():
             self.search.save_checkpoint(path)
@@ -371,7 +394,7 @@ class EngineMirror:
             session.add(SamplerCheckpoint(study_id=self.study_id, version=self.version, state=state))
         else:
             row.version, row.state, row.updated_at = self.version, state, utcnow()
-        self.changed = False
+        self.changed = self.asked = False
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from service.domain import study_doc as sd
 from service.domain.states import STUDY_FINISHED, TRIAL_REPORTED, TrialState
 from service.scheduling import feasibility, fronts, promotion
 from service.scheduling.asks import SamplerWaits, SpaceExhausted
-from service.scheduling.mirror import MirrorCache, StudyMirror
+from service.scheduling.mirror import Mirror, MirrorCache, StudyMirror
 from service.store.db import lock_study, next_seq, next_seqs
 from service.store.models import Study, Trial
 from service.studies import lifecycle
@@ -123,7 +123,10 @@ def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[T
         for name in ACCOUNTED_COLUMNS:
             flag_modified(trial, name)
     touch_ids(session, left - here.keys(), on_front=False)  # event streams see them leave the front
-    return promotion.decide(session, study, mirror, screened) if screened else 0
+    if not screened:
+        return 0
+    assert isinstance(mirror, Mirror), "a study that screens has an Optuna sampler (documents refuse compileiq's)"
+    return promotion.decide(session, study, mirror, screened)
 
 
 def counts_of(session: Session, study: Study) -> schedule.Counts:

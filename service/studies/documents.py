@@ -65,7 +65,12 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
     sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives))
     _controls(space, sampler, kernel.backend)
-    grid = sd.check_grid(space) if sampler == "grid" else None
+    if sampler == "compileiq" and doc.measure.screen is not None:
+        raise sd.DocumentError("measure.screen", "CompileIQ's engine is told each candidate's full measurement: "
+                               "leave measure.screen out, or use nsga2 or tpe to screen")
+    # a pack's files are the choices of its parameter once the study is made (service.controls.studies)
+    packs = any(p.pack for p in space.controls)
+    grid = sd.check_grid(space) if sampler == "grid" and not packs else None
     samplers.check(sampler, doc.sampler.seed, options, n_objectives=len(objectives))
     ordered = ordered if doc.sampler.ordered_choices is None else doc.sampler.ordered_choices
     normalised = doc.model_dump(mode="json")

@@ -33,8 +33,9 @@ class WorkerInfo:
 
     @property
     def gpu(self) -> bool:
-        """Whether it measures on a GPU (a worker without one runs compile-only trials of GPU kernels)."""
-        return int(self.fingerprint.get("gpu_count") or 0) > 0
+        """Whether its GPU backends measure on a GPU; a worker that says no runs only their
+        compile-only trials (workers of contract 2 and older offered GPU backends only with one)."""
+        return bool(self.fingerprint.get("gpu", True))
 
 
 class WorkerDirectory:

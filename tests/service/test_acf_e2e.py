@@ -17,6 +17,7 @@ import pytest
 from acf_support import CATALOG, OTHER_RELEASE, TOOLCHAINS, needs_catalog, ptxas_13_3, ptxas_other
 from helpers import run_cli, start_service, wait_for
 
+from service.controls.packs import build
 from workers import ptxas
 from workers.backends.triton_backend import TritonBackend
 from workers.contract import KernelSpec
@@ -93,6 +94,8 @@ def _run(service: Any, tmp_path: Path) -> None:
         assert acf["sha256"] == chosen["config"]["acf"] and acf["compiler_version"] == "13.3"
         assert acf["measured_with"].startswith("13.3.") and acf["notice"] == "© NVIDIA Corporation, 2026."
         assert document_out["correctness"]["scope"] == "compiled"
+        (listed,) = admin.get(f"/v1/artifacts/{version.json()['artifact_id']}").json()["versions"]
+        assert listed["acf"]["sha256"] == acf["sha256"] and "content_base64" not in listed["acf"]
         artifact = tmp_path / "attention_fwd.json"
         artifact.write_text(version.json()["file"])
         key = tmp_path / "key.pem"
@@ -122,24 +125,14 @@ def _run(service: Any, tmp_path: Path) -> None:
                         "--public-key", str(key))
         assert other.returncode == 3 and "13.3" in other.stderr and OTHER_RELEASE in other.stderr
 
-        # a worker of ptxas 13.5 joins the pool: the artifact is stale; the 13.3 workers stop
+        # the 13.3 workers stop; a Booster Pack of the study's ACFs is imported with the
+        # release's checksum and a study of it queued (random sampling over the pack)
         for proc in service.children:
             proc.terminate()
         for proc in service.children:
             proc.wait(60)
-        env = {**service.env, "PARETUNE_TOOLCHAINS_DIR": str(TOOLCHAINS)}
-        service.env = env
-        service.start_worker(worker_token, "--pool", "cpu", "--toolchain", OTHER_RELEASE, name="old")
-        wait_for(lambda: len(admin.get("/v1/workers").json()) == 3, 120, "the 13.5 worker")
-        artifact_row = admin.get(f"/v1/artifacts/{version.json()['artifact_id']}").json()
-        assert artifact_row["stale"] and OTHER_RELEASE in artifact_row["stale_reason"]
-
-        # a Booster Pack of the study's ACFs: imported with the release's checksum, searched
-        # by random sampling; on the 13.5 worker its ACF trials fail as unsupported
         shas = [t["config"]["acf"] for t in done if t["config"]["acf"] != "none"][:3]
         files = {f"{sha[:12]}.acf": _file(admin, sha) for sha in shas}
-        from service.controls.packs import build
-
         zip_path = tmp_path / "study-pack.zip"
         zip_path.write_bytes(build("study-pack", files, compiler="ptxas", version="13.3"))
         sums = tmp_path / "SHA256SUMS.txt"
@@ -154,6 +147,17 @@ def _run(service: Any, tmp_path: Path) -> None:
         r = admin.post("/v1/studies", json=pack_doc)
         assert r.status_code == 201, r.text
         pack_study = r.json()["id"]
+
+        # the pool now requires toolchain 13.5: a worker started without --toolchain selects it,
+        # makes the artifact stale, and fails the pack's ACF trials as unsupported
+        assert admin.put("/v1/pools/cpu", json={"toolchain": OTHER_RELEASE}).status_code == 200
+        service.env = {**service.env, "PARETUNE_TOOLCHAINS_DIR": str(TOOLCHAINS)}
+        service.start_worker(worker_token, "--pool", "cpu", name="old")
+        wait_for(lambda: len(admin.get("/v1/workers").json()) == 3, 120, "the 13.5 worker")
+        newest = max(admin.get("/v1/workers").json(), key=lambda w: w["id"])
+        assert newest["fingerprint"]["toolchain"]["version"] == OTHER_RELEASE
+        artifact_row = admin.get(f"/v1/artifacts/{version.json()['artifact_id']}").json()
+        assert artifact_row["stale"] and OTHER_RELEASE in artifact_row["stale_reason"]
         wait_for(lambda: admin.get(f"/v1/studies/{pack_study}").json()["state"] != "running", 240, service.log_path)
         pack_trials = admin.get(f"/v1/studies/{pack_study}/trials").json()["items"]
         for t in pack_trials:
@@ -163,7 +167,19 @@ def _run(service: Any, tmp_path: Path) -> None:
                 assert t["state"] == "failed" and t["failure_reason"] == "unsupported", t
                 assert "13.3" in t["message"] and OTHER_RELEASE in t["message"]
         assert any(t["config"]["acf"] != "none" for t in pack_trials)
-
+        # re-validating the stale artifact compiles its configuration with the new ptxas, which
+        # refuses the ACF: the validation says so
+        again = reviewer.post(f"/v1/artifacts/{version.json()['artifact_id']}/revalidate",
+                              json={"note": "ptxas 13.5", "rounds": 2})
+        assert again.status_code == 201, again.text
+        second = again.json()["candidates"][0]["id"]
+        settled = wait_for(lambda: (lambda d: d if d["state"] != "validating" else None)(
+            admin.get(f"/v1/candidates/{second}").json()), 180, service.log_path)
+        assert settled["state"] == "failed" and "unsupported" in settled["result"]["message"], settled
+        assert OTHER_RELEASE in settled["result"]["message"]
+        # and a study that asks for 13.3 controls is refused there now
+        refused = admin.post("/v1/studies", json=pack_doc)
+        assert refused.status_code == 422 and "requires the toolchain" in refused.json()["error"]["message"]
 
 def _file(client: Any, sha: str) -> bytes:
     import base64

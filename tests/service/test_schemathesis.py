@@ -29,6 +29,14 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
+from service.controls.packs import build  # noqa: E402
+
+# Booster Pack uploads: well-formed packs (of made-up bytes) and arbitrary bytes
+schemathesis.openapi.media_type("application/zip", st.one_of(
+    st.builds(lambda name, content: build(name, {"a.acf": content}, compiler="ptxas", version="13.3"),
+              st.from_regex(r"\A[a-z][a-z0-9-]{0,20}\Z"), st.binary(min_size=1, max_size=64)),
+    st.binary(max_size=256)))
+
 MAX_EXAMPLES = 25
 REQUEST_TIMEOUT_S = 10.0
 OPERATION_BUDGET_S = 8.0

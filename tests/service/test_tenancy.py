@@ -11,6 +11,7 @@ it is given a rule below, so none is left out."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 import uuid
@@ -22,6 +23,9 @@ import pytest
 from artifact_steps import good_trials, promote, report
 from conftest import Api, make_api, study_doc
 from fake_worker import result_for
+
+from service.controls.packs import build
+from service.store.models import ControlsFile
 
 ROLES = ("viewer", "member", "approver", "admin")
 RANK = {role: i for i, role in enumerate(ROLES)}
@@ -74,6 +78,10 @@ RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("POST", "/v1/artifacts/{artifact_id}/versions/{version}/revoke"): ("approver", "ids"),
     ("POST", "/v1/artifacts/{artifact_id}/revalidate"): ("approver", "ids"),
     ("GET", "/v1/audit"): ("viewer", "list"),
+    ("GET", "/v1/controls/catalog"): ("viewer", "none"),  # the operator's, shared by every team
+    ("GET", "/v1/controls/packs"): ("viewer", "none"),
+    ("POST", "/v1/controls/packs"): ("operator", "none"),
+    ("GET", "/v1/controls/files/{sha}"): ("viewer", "ids"),  # an ACF a team's study generated is the team's
     ("GET", "/healthz"): ("public", "none"),
     ("GET", "/metrics"): ("public", "none"),
 }
@@ -155,8 +163,18 @@ class Matrix:
         r = api.client.post(f"/v1/candidates/{candidate['id']}/approve", headers=team.headers("approver"))
         assert r.status_code == 201, r.text
         art.update(candidate_id=candidate["id"], validation_id=candidate["validation_id"],
-                   artifact_id=r.json()["artifact_id"])
+                   artifact_id=r.json()["artifact_id"], acf=self._engine_file(study_id))
         return art
+
+    def _engine_file(self, study_id: int) -> str:
+        """An ACF as CompileIQ's engine stores one for the study (the engine itself is
+        tests/service/test_compileiq_sampler.py's)."""
+        content = f"controls of study {study_id}".encode()
+        sha = hashlib.sha256(content).hexdigest()
+        with self.api.client.app.state.paretune.db.write() as session:  # type: ignore[attr-defined]
+            session.add(ControlsFile(sha256=sha, content=content, size_bytes=len(content), compiler="ptxas",
+                                     version="13.3", origin="engine", study_id=study_id))
+        return sha
 
     def worker(self, team: Team) -> tuple[dict[str, str], int]:
         return team.headers("worker"), team.worker_id
@@ -226,7 +244,7 @@ class Matrix:
         art = target.art
         values: dict[str, Any] = {"study_id": target.study_id, "number": 0, "name": target.pool,
                                   "candidate_id": art["candidate_id"], "validation_id": art["validation_id"],
-                                  "artifact_id": art["artifact_id"], "version": 1}
+                                  "artifact_id": art["artifact_id"], "version": 1, "sha": art["acf"]}
         if "{token_id}" in path:
             values["token_id"] = self.fresh_token_id(target)
         spec: dict[str, Any] = {}
@@ -247,6 +265,8 @@ class Matrix:
             "/v1/tokens": {"name": "m", "role": "viewer", "team": target.name},
             "/v1/tokens/{token_id}/rotate": {"grace_s": 0},
             "/v1/pools/{name}": {"min_isolation": "none"},
+            "/v1/controls/packs": build(f"pack-{uuid.uuid4().hex[:8]}", {"a.acf": b"controls"}, compiler="ptxas",
+                                        version="13.3"),
             "/v1/studies/{study_id}/candidates": {"trials": [0], "note": "matrix"},
             "/v1/candidates/{candidate_id}/approve": {"why": "matrix"},
             "/v1/candidates/{candidate_id}/reject": {"why": "matrix"},
@@ -261,8 +281,9 @@ class Matrix:
         params = QUERIES.get(path)
         if path == "/v1/artifacts/resolve":
             params = {"kernel": "zdt", "gpu": art["device"]}
-        return {"method": method, "url": path.format(**values), "params": params, "path": path,
-                "json": bodies.get(path) if method != "GET" and path in bodies else None}
+        body = bodies.get(path) if method != "GET" and path in bodies else None
+        sent = {"content": body} if isinstance(body, bytes) else {"json": body}
+        return {"method": method, "url": path.format(**values), "params": params, "path": path, **sent}
 
     def snapshot(self, team: Team) -> Any:
         """What a call naming `team`'s objects could change, as its admin and the operator

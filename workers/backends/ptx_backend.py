@@ -41,16 +41,9 @@ def ptxas_flags(config: dict[str, Any]) -> list[str]:
     return flags
 
 
-def _toolchain() -> toolchains.Toolchain:
-    toolchain = toolchains.selected()
-    if toolchain is None:
-        raise TrialFailure(FailureReason.UNSUPPORTED, "no ptxas here: install the acf extra (nvidia-cuda-nvcc) or "
-                           "give the worker --toolchain")
-    return toolchain
-
-
 class PtxBackend(Backend):
     name = "ptx"
+    warm_by_default = True  # a trial costs its ptxas run, not a Python start
 
     def probe(self) -> dict[str, Any]:
         toolchain = toolchains.selected()
@@ -60,16 +53,17 @@ class PtxBackend(Backend):
                 "features": {"acf": True, "compile_only": True}}
 
     def cache_key(self, kernel: KernelSpec, config: dict[str, Any], compile_only: bool = False) -> str:
+        toolchain = toolchains.selected()
         identity = {"source": hashlib.sha256((kernel.source or "").encode()).hexdigest(), "config": config,
                     "arch": kernel.options.get("arch") or kernel.options.get("compute_capability"),
-                    "ptxas": toolchains.selected().version if toolchains.selected() else None}
+                    "ptxas": toolchain.version if toolchain else None}
         return "ptx-" + hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
     def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path,
                 compile_only: bool = False) -> CompiledKernel:
         if not kernel.source:
             raise TrialFailure(FailureReason.ERROR, "a ptx kernel sends its PTX as `source`")
-        toolchain = _toolchain()
+        toolchain = ptxas.toolchain()
         started = time.perf_counter()
         workdir.mkdir(parents=True, exist_ok=True)
         source = workdir / SOURCE_FILE

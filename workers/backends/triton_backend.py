@@ -224,8 +224,8 @@ class TritonBackend(Backend):
             "acf_files": resolved.options.get("acf_files", {}),
             "shapes": [w.dims for w in resolved.workload],
             "triton": package_version("triton"),
-            "ptxas": format_version(triton_ptxas()[1]),
-            **({"compile_only": _compile_toolchain().version, "target": ptxas.compile_arch(resolved.options)}
+            "ptxas": triton_ptxas_version() or format_version(triton_ptxas()[1]),
+            **({"compile_only": ptxas.toolchain().version, "target": ptxas.compile_arch(resolved.options)}
                if compile_only else {}),
         }
         text = json.dumps(identity, sort_keys=True, default=str)
@@ -250,7 +250,7 @@ class TritonBackend(Backend):
             "options": options,
             "shapes": {},
             "triton": package_version("triton"),
-            "ptxas": format_version(triton_ptxas()[1]),
+            "ptxas": triton_ptxas_version() or format_version(triton_ptxas()[1]),
         }
         import torch
 
@@ -268,7 +268,7 @@ class TritonBackend(Backend):
         import triton
         from triton.backends.compiler import GPUTarget
 
-        toolchain = _compile_toolchain()
+        toolchain = ptxas.toolchain()
         arch = ptxas.compile_arch(resolved.options)
         files = controls.applied(kernel, resolved.config, workdir)
         acf = next((f for f in files if f.compiler == "ptxas"), None)
@@ -439,14 +439,6 @@ def _jit(module: ModuleType, kernel: GpuKernel) -> Any:
     if jit is None:
         raise TrialFailure(FailureReason.COMPILE_ERROR, f"the source defines no kernel named {kernel.entry!r}")
     return jit
-
-
-def _compile_toolchain() -> toolchains.Toolchain:
-    toolchain = toolchains.selected()
-    if toolchain is None:
-        raise TrialFailure(FailureReason.UNSUPPORTED, "compile-only trials need a ptxas: install nvidia-cuda-nvcc "
-                           "(the acf extra) or give the worker --toolchain")
-    return toolchain
 
 
 def _applied_controls(kernel: KernelSpec, resolved: GpuKernel, directory: Path,

@@ -34,8 +34,21 @@ export function ratioInfo(ratio, direction) {
   return { text, delta, kind: same ? "same" : better ? "better" : "worse" };
 }
 
+const SHA256 = /^[0-9a-f]{64}$/;
+
+/** Whether a configuration value names an Advanced Controls File (its sha256). */
+export function isAcf(value) {
+  return typeof value === "string" && SHA256.test(value);
+}
+
+/** A configuration value as people read it: an ACF by its short hash ("acf 11c3215cb747"),
+ * "none" for no ACF, anything else as it is. */
+export function valueText(value) {
+  return isAcf(value) ? `acf ${value.slice(0, 12)}` : String(value);
+}
+
 export function configText(config) {
-  return Object.entries(config || {}).map(([k, v]) => `${k}=${v}`).join("  ");
+  return Object.entries(config || {}).map(([k, v]) => `${k}=${valueText(v)}`).join("  ");
 }
 
 export function ago(iso) {

@@ -1,7 +1,7 @@
 // Small pieces used on several pages: state badges, progress bars, ratio pills, key-value lists.
 
 import { h } from "./dom.js";
-import { num, ratioInfo } from "./format.js";
+import { isAcf, num, ratioInfo, valueText } from "./format.js";
 
 const ROLE_RANK = { viewer: 0, member: 1, approver: 2, admin: 3 };
 
@@ -50,6 +50,7 @@ export function kvTable(entries, { empty = "nothing reported" } = {}) {
 
 export function formatValue(v) {
   if (v === null || v === undefined) return h("span", { class: "muted" }, "–");
+  if (isAcf(v)) return h("span", { class: "mono acf", title: `Advanced Controls File sha256 ${v}` }, valueText(v));
   if (typeof v === "number") return h("span", { class: "num" }, num(v, 6));
   if (typeof v === "boolean") return h("span", { class: v ? "yes" : "no" }, v ? "yes" : "no");
   if (Array.isArray(v)) return v.length ? v.map((x) => (typeof x === "object" ? JSON.stringify(x) : String(x))).join(", ") : h("span", { class: "muted" }, "none");

@@ -4,7 +4,7 @@
 
 import { auth, get, post } from "../api.js";
 import { h, replace, toast } from "../dom.js";
-import { ago, num, stamp } from "../format.js";
+import { ago, num, stamp, valueText } from "../format.js";
 import { can, card, errorBox, spinner, stateBadge } from "../widgets.js";
 
 const POLL_MS = 2000;
@@ -195,11 +195,13 @@ export function artifactView(root, { params, ctx }) {
         }, load)) : null),
       artifact.stale ? h("div", { class: "failure" }, h("strong", null, "stale "), artifact.stale_reason) : null,
       card("Versions", { id: "versions" }, h("table", { class: "grid-table" },
-        h("thead", null, h("tr", null, ["version", "state", "sha256", "approved", "", ""].map((x) => h("th", null, x)))),
+        h("thead", null, h("tr", null, ["version", "state", "sha256", "ACF", "approved", "", ""].map((x) => h("th", null, x)))),
         h("tbody", null, artifact.versions.slice().reverse().map((v) => h("tr", { class: "version-row", dataset: { version: v.version, state: v.state } },
           h("td", { class: "num" }, `v${v.version}`),
           h("td", null, stateBadge(v.state), v.stale ? h("span", { class: "tag tag-warn" }, "stale") : null),
           h("td", { class: "mono", title: v.sha256 }, v.sha256.slice(0, 16) + "…"),
+          h("td", { class: "mono acf-cell" }, v.acf ? h("span", { title: `sha256 ${v.acf.sha256}; ${v.acf.notice || ""}` },
+            `${valueText(v.acf.sha256)} (${v.acf.compiler || "ptxas"} ${v.acf.compiler_version || "?"})`) : "none"),
           h("td", { class: "muted", title: stamp(v.approved_at) }, `${v.approved_by}, ${ago(v.approved_at)}`),
           h("td", null, h("button", { class: "btn btn-ghost", onclick: () => download(artifact, v) }, "Download")),
           h("td", null, can(me, "approver") ? [

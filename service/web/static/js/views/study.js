@@ -3,7 +3,7 @@
 
 import { follow, get, post } from "../api.js";
 import { confirmDialog, h, replace, throttle, toast } from "../dom.js";
-import { ago, num, stamp, unitOf } from "../format.js";
+import { ago, isAcf, num, stamp, unitOf, valueText } from "../format.js";
 import { navigate } from "../router.js";
 import { rampCss } from "../charts/colors.js";
 import { StepChart } from "../charts/line.js";
@@ -210,7 +210,7 @@ class StudyPage {
     const tip = this.tooltip;
     if (!t) { tip.hidden = true; return; }
     const rows = this.objectives.map((o) => h("tr", null, h("th", null, o.name), h("td", { class: "num" }, valueCell(t, o))));
-    const config = Object.entries(t.config || {}).map(([k, v]) => h("div", null, h("span", { class: "k" }, k), h("span", { class: "v" }, String(v))));
+    const config = Object.entries(t.config || {}).map(([k, v]) => h("div", null, h("span", { class: "k" }, k), h("span", { class: "v" }, valueText(v))));
     replace(tip,
       h("div", { class: "tip-title" }, `Trial #${t.number}`,
         this.isFront(t) ? h("span", { class: "tag tag-front" }, "front") : null,
@@ -413,7 +413,8 @@ class StudyPage {
 }
 
 function fmtConfig(value, base, isBaseline) {
-  const text = value === undefined ? "–" : String(value);
-  const changed = !isBaseline && base !== undefined && String(base) !== text;
-  return h("span", { class: changed ? "changed" : "same", title: changed ? `baseline: ${base}` : "" }, text);
+  const text = value === undefined ? "–" : valueText(value);
+  const changed = !isBaseline && base !== undefined && String(base) !== String(value);
+  const title = [isAcf(value) ? `ACF sha256 ${value}` : "", changed ? `baseline: ${valueText(base)}` : ""].filter(Boolean);
+  return h("span", { class: changed ? "changed" : "same", title: title.join("; ") }, text);
 }

@@ -3,7 +3,7 @@
 
 import { get } from "../api.js";
 import { h, replace } from "../dom.js";
-import { ago, duration, num, ratioInfo, seconds, stamp, unitOf } from "../format.js";
+import { ago, duration, num, ratioInfo, seconds, stamp, unitOf, valueText } from "../format.js";
 import { intervalBar } from "../charts/line.js";
 import { card, errorBox, formatValue, kvTable, ratioPill, spinner, stateBadge } from "../widgets.js";
 import { artifactPanel } from "./artifacts.js";
@@ -153,7 +153,7 @@ function configTable(t, baseline) {
       const changed = showBase && String(b) !== String(v);
       return h("tr", { class: changed ? "changed-row" : "" },
         h("th", null, k), h("td", { class: "num" }, formatValue(v)),
-        showBase ? h("td", { class: "num muted" }, b === undefined ? "–" : String(b)) : null);
+        showBase ? h("td", { class: "num muted" }, b === undefined ? "–" : valueText(b)) : null);
     })));
 }
 
