@@ -16,11 +16,13 @@ scheduling step, as service.scheduling.mirror drives Optuna's samplers:
   a constraint. The baseline (no ACF) and warm-start configurations are measured, never told.
 - The engine's checkpoint is written to sampler_checkpoints in the same transaction as the
   step that asked for a batch, and the step that told a generation's last result (not at
-  every result: a checkpoint holds the whole ledger). A restart, another replica or a
-  scheduler process restores it and carries on with the same generation: the candidates it
-  restores as pending are the trials already queued or running (told when they finish),
-  those still waiting in the batch, and those whose results the steps since told, which are
-  told again from the trials table (the results are there, committed with `told`).
+  every result: a checkpoint holds the whole ledger); a step that told other results moves
+  the row's version on. A mirror at another version than the row's (a restart, another
+  replica, a scheduler process) restores the checkpoint and carries on with the same
+  generation: the candidates it restores as pending are the trials already queued or
+  running (told when they finish), those still waiting in the batch, and those whose
+  results the steps since told, which are told again from the trials table (the results
+  are there, committed with `told`).
 """
 
 from __future__ import annotations
@@ -369,7 +371,9 @@ class EngineMirror:
     def persist(self, session: Session) -> None:
         """The files the step's candidates generated, and the engine's checkpoint when the
         step asked for a batch or told a generation's last result, into the step's
-        transaction."""
+        transaction. A step that only told results writes no checkpoint but moves its
+        version on, so that another process's mirror of the study, at the old version, loads
+        the checkpoint again and tells those results from the trials table."""
         self._tell()
         if self.new_files:
             known = set(session.execute(select(ControlsFile.sha256)
@@ -381,14 +385,19 @@ class EngineMirror:
                                              study_id=self.study_id))
             self.new_files = {}
         assert self.search is not None
-        if not self.changed or not (self.asked or not self.search.pending_candidates):
+        if not self.changed:
+            return
+        row = session.get(SamplerCheckpoint, self.study_id)
+        if row is not None and not self.asked and self.search.pending_candidates:
+            row.version = self.version = row.version + 1
+            row.updated_at = utcnow()
+            self.changed = False
             return
         path = self.workdir / "checkpoint.json"
         with _quiet():
             self.search.save_checkpoint(path)
         state = path.read_bytes()
         path.unlink()
-        row = session.get(SamplerCheckpoint, self.study_id)
         self.version = (row.version if row is not None else 0) + 1
         if row is None:
             session.add(SamplerCheckpoint(study_id=self.study_id, version=self.version, state=state))

@@ -198,3 +198,36 @@ def test_a_new_process_carries_on_mid_generation(database_url: str) -> None:
     told = [acf_of(r) for r in ledger]
     assert len(set(told)) == len(told) and set(told) == {t["config"]["acf"] for t in engine}
     second.close()
+
+
+def test_two_replicas_step_one_study_without_losing_a_result(database_url: str) -> None:
+    """Two service processes on one database, each with its own engine in memory, take
+    turns at the study's steps: each result is told once, by whichever steps it."""
+    first_app, second_app = make_api(database_url, controls_catalog=CATALOG), make_api(database_url,
+                                                                                        controls_catalog=CATALOG)
+    first, second = next(first_app), next(second_app)
+    worker = register(first)
+    doc = document()
+    doc["sampler"]["options"]["generations"] = 2
+    study_id = first.client.post("/v1/studies", json=doc, headers=first.admin).json()["id"]
+    first.quiesce()
+    turn = 0
+    while True:
+        api = (first, second)[turn % 2]
+        held = api.lease(worker)
+        if held is None:
+            api.quiesce()
+            held = api.lease(worker)
+            if held is None:
+                break
+        assert api.post_result(worker, held["token"], completed(held["trial"])).status_code == 200
+        api.quiesce()
+        turn += 1
+    study = first.client.get(f"/v1/studies/{study_id}", headers=first.admin).json()
+    assert study["state"] == "completed", study
+    engine = [t for t in trials_of(first, study_id) if not t["is_baseline"]]
+    told = [acf_of(r) for r in engine_ledger(first, study_id)]
+    assert len(engine) == 2 * POOL == len(told) == len(set(told))
+    assert set(told) == {t["config"]["acf"] for t in engine}
+    first_app.close()
+    second_app.close()
