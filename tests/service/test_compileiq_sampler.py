@@ -25,8 +25,10 @@ TOOLCHAIN = {"package": "nvidia-cuda-nvcc", "version": "13.3.73", "release": "13
 
 
 @pytest.fixture
-def engine_api(database_url: str) -> Any:
-    yield from make_api(database_url, controls_catalog=CATALOG)
+def engine_api(tmp_path: Any) -> Any:
+    """On SQLite: the engine's part does not depend on the database (the restart and replica
+    tests below run on both)."""
+    yield from make_api(f"sqlite:///{tmp_path / 'paretune.db'}", controls_catalog=CATALOG)
 
 
 def register(api: Api, toolchain: dict[str, str] | None = TOOLCHAIN) -> tuple[dict[str, str], int]:
