@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workers import toolchains
-from workers.backends.base import TrialFailure
+from workers.backends.base import CheckOutcome, CompiledKernel, TrialFailure
 from workers.contract import COMPILE_METRICS, FailureReason, Metric
 from workers.toolchains import Toolchain
 
@@ -182,3 +182,9 @@ def metrics_of(report: dict[str, Any], objectives: list[str]) -> dict[str, Metri
     if missing:
         raise TrialFailure(FailureReason.ERROR, f"the build reports no {', '.join(missing)}")
     return {name: Metric(value=float(values[name]), unit=COMPILE_METRICS[name][0], n=1) for name in objectives}
+
+
+def compiled_check(built: CompiledKernel) -> CheckOutcome:
+    """The check of a compile-only build: it compiled for every shape; nothing ran."""
+    shapes = {key: {"passed": True} for key in (built.report.get("shapes") or {})}
+    return CheckOutcome(passed=bool(shapes), details={"scope": "compiled", "shapes": shapes})

@@ -42,7 +42,7 @@ from workers.contract import FailureReason, Metric, TrialResult, TrialSpec, Vali
 from workers.isolation import sandbox_env
 from workers.isolation_files import UnsafeFile, read_untrusted
 from workers.isolation_jobs import BUILD, TOOL_CACHE, Job, Sandbox, default_sandbox
-from workers.ptxas import metrics_of
+from workers.ptxas import compiled_check, metrics_of
 from workers.runner import RunnerPool, WarmRunner, read_from, wait_until
 
 log = logging.getLogger(__name__)
@@ -526,8 +526,6 @@ def _run_stage(
 def _compiled_result(spec: TrialSpec, built: CompiledKernel, compile_report: dict[str, Any],
                      timings: dict[str, float]) -> TrialResult:
     """A compile-only trial's result, from its build's report (workers.ptxas)."""
-    from workers.backends.ptx_backend import compiled_check
-
     check = compiled_check(built)
     common: dict[str, Any] = {"compile_report": compile_report, "timings": timings,
                               "correctness": {"passed": check.passed, **check.details},

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -89,6 +90,20 @@ def ptxas_version(path: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return parse_ptxas_version(done.stdout + done.stderr)
+
+
+def triton_ptxas_path() -> str | None:
+    """The ptxas Triton invokes here: TRITON_PTXAS_PATH, else the one bundled with Triton;
+    None without either."""
+    path = os.environ.get("TRITON_PTXAS_PATH")
+    if path:
+        return path
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    return str(bundled) if bundled.exists() else None
 
 
 def toolchains_dir() -> Path:
@@ -201,8 +216,6 @@ def install(requested: str, directory: Path | None = None, python: str | None = 
     if done.returncode != 0:
         raise ToolchainError(f"pip could not install {PACKAGE}=={version}: {done.stderr.strip()[-2000:]}")
     if target.exists():
-        import shutil
-
         shutil.rmtree(target)
     partial.rename(target)
     root = _target_root(target)

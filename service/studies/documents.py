@@ -114,7 +114,7 @@ def _controls(space: SearchSpace, sampler: str, backend: str) -> None:
     whose files CompileIQ's engine generates only with that engine."""
     for index, param in ((i, p) for i, p in enumerate(space.parameters) if isinstance(p, CompilerControlsParam)):
         field = f"space.{index}"
-        if backend not in ("triton", "ptx", "cuda"):
+        if backend not in GPU_BACKENDS | {"ptx"}:
             raise sd.DocumentError(f"{field}.type", f"compiler controls apply to GPU kernels (triton, ptx, cuda), "
                                    f"not to {backend!r} ones")
         if param.compiler != "ptxas":

@@ -83,14 +83,9 @@ class PtxBackend(Backend):
                               report=report, log=assembled.log)
 
     def check(self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel) -> CheckOutcome:
-        return compiled_check(built)
+        return ptxas.compiled_check(built)
 
     def measure(self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel, objectives: list[str],
                 settings: Any) -> tuple[dict[str, Metric], dict[str, Any]]:
         return ptxas.metrics_of(built.report, objectives), {"compile_only": True}
 
-
-def compiled_check(built: CompiledKernel) -> CheckOutcome:
-    """The check of a compile-only build: it compiled for every shape; nothing ran."""
-    shapes = {key: {"passed": True} for key in (built.report.get("shapes") or {})}
-    return CheckOutcome(passed=bool(shapes), details={"scope": "compiled", "shapes": shapes})

@@ -29,7 +29,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import os
 import shlex
 import time
 from pathlib import Path
@@ -38,7 +37,6 @@ from typing import Any
 
 from workers import controls, ptxas, toolchains
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
-from workers.backends.ptx_backend import compiled_check
 from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
 from workers.kernels.gpu.loader import (
     GpuKernel,
@@ -74,16 +72,13 @@ SOURCE_DIR = "src"
 @functools.cache
 def triton_ptxas() -> tuple[str | None, tuple[int, int] | None]:
     """The ptxas Triton invokes (TRITON_PTXAS_PATH, else the one bundled with Triton)."""
-    path = os.environ.get("TRITON_PTXAS_PATH")
-    if not path:
-        try:
-            import triton
-
-            bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-            path = str(bundled) if bundled.exists() else None
-        except ImportError:
-            path = None
+    path = toolchains.triton_ptxas_path()
     return path, ptxas_version_of(path) if path else None
+
+
+def ptxas_label() -> str:
+    """The version of Triton's ptxas as workers report it: exact where ptxas says it."""
+    return triton_ptxas_version() or format_version(triton_ptxas()[1])
 
 
 def compile_options(config: dict[str, Any], acf_flags: list[str]) -> dict[str, Any]:
@@ -193,7 +188,7 @@ class TritonBackend(Backend):
             "reason": "",
             "compilers": {
                 "triton": triton.__version__,
-                "ptxas": triton_ptxas_version() or format_version(version),
+                "ptxas": ptxas_label(),
                 "torch": torch.__version__,
             },
             "ptxas_path": path,
@@ -224,7 +219,7 @@ class TritonBackend(Backend):
             "acf_files": resolved.options.get("acf_files", {}),
             "shapes": [w.dims for w in resolved.workload],
             "triton": package_version("triton"),
-            "ptxas": triton_ptxas_version() or format_version(triton_ptxas()[1]),
+            "ptxas": ptxas_label(),
             **({"compile_only": ptxas.toolchain().version, "target": ptxas.compile_arch(resolved.options)}
                if compile_only else {}),
         }
@@ -250,7 +245,7 @@ class TritonBackend(Backend):
             "options": options,
             "shapes": {},
             "triton": package_version("triton"),
-            "ptxas": triton_ptxas_version() or format_version(triton_ptxas()[1]),
+            "ptxas": ptxas_label(),
         }
         import torch
 
@@ -375,7 +370,7 @@ class TritonBackend(Backend):
 
     def check(self, kernel: KernelSpec, config: dict[str, Any], built: CompiledKernel) -> CheckOutcome:
         if built.report.get("compile_only"):
-            return compiled_check(built)
+            return ptxas.compiled_check(built)
         import torch
 
         from workers.measure.gpu_check import check_once, new_seed, tolerance_for, verdict

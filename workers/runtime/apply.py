@@ -71,14 +71,8 @@ def triton_ptxas_version() -> str | None:
     """The exact version of the ptxas Triton compiles with here (TRITON_PTXAS_PATH, else its own)."""
     from workers import toolchains
 
-    path = os.environ.get("TRITON_PTXAS_PATH")
-    if not path:
-        try:
-            import triton
-        except ImportError:
-            return None
-        path = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
-    return toolchains.ptxas_version(path) if Path(path).is_file() else None
+    path = toolchains.triton_ptxas_path()
+    return toolchains.ptxas_version(path) if path and Path(path).is_file() else None
 
 
 def default_acf_dir() -> Path:
