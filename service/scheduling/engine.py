@@ -37,7 +37,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.controls.catalog import CatalogError, ControlsCatalog
@@ -387,10 +387,12 @@ class EngineMirror:
         assert self.search is not None
         if not self.changed:
             return
-        row = session.get(SamplerCheckpoint, self.study_id)
-        if row is not None and not self.asked and self.search.pending_candidates:
-            row.version = self.version = row.version + 1
-            row.updated_at = utcnow()
+        stored = session.execute(select(SamplerCheckpoint.version)
+                                 .where(SamplerCheckpoint.study_id == self.study_id)).scalar_one_or_none()
+        this_row = update(SamplerCheckpoint).where(SamplerCheckpoint.study_id == self.study_id)
+        if stored is not None and not self.asked and self.search.pending_candidates:
+            self.version = stored + 1  # the state (a hundred kilobytes and more) is neither read nor written
+            session.execute(this_row.values(version=self.version, updated_at=utcnow()))
             self.changed = False
             return
         path = self.workdir / "checkpoint.json"
@@ -398,11 +400,11 @@ class EngineMirror:
             self.search.save_checkpoint(path)
         state = path.read_bytes()
         path.unlink()
-        self.version = (row.version if row is not None else 0) + 1
-        if row is None:
+        self.version = (stored or 0) + 1
+        if stored is None:
             session.add(SamplerCheckpoint(study_id=self.study_id, version=self.version, state=state))
         else:
-            row.version, row.state, row.updated_at = self.version, state, utcnow()
+            session.execute(this_row.values(version=self.version, state=state, updated_at=utcnow()))
         self.changed = self.asked = False
 
 
