@@ -13,6 +13,7 @@ COPY deploy/build_hooks.py deploy/build_hooks.py
 COPY migrations migrations
 COPY service service
 COPY workers workers
+COPY wire wire
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # Two virtual environments from the same wheel: the worker alone, and the control plane.

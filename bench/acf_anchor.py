@@ -57,8 +57,8 @@ def objective(params: Any) -> Any:
 
 
 def lowered_ptx(directory: Path) -> Path:
+    from wire.contract import KernelSpec
     from workers.backends.triton_backend import TritonBackend
-    from workers.contract import KernelSpec
 
     kernel = KernelSpec(backend="triton", builtin="attention_fwd", options={"compute_capability": "9.0"},
                         workload=[{"dims": SHAPE}])
@@ -161,7 +161,7 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=32)
     parser.add_argument("--runs", default="ciq1,ciq2,pt1,pt2", help="which of ciq1, ciq2, pt1, pt2 to run")
     args = parser.parse_args()
-    from workers import toolchains
+    from workers.compilers import toolchains
 
     toolchain = toolchains.selected()
     assert toolchain is not None and toolchain.release == "13.3", "needs the acf extra's ptxas 13.3"

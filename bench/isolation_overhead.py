@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wire.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape
+from wire.kernels import get_builtin
 from workers.cache import ArtifactCache
-from workers.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape
-from workers.kernels import get_builtin
-from workers.sandbox import execute_trial
+from workers.sandbox.stages import execute_trial
 
 MEASURE = MeasureSettings(warmup_s=0.001, min_repeats=3, max_repeats=5, target_s=0.005)
 MATMUL = get_builtin("cpu", "matmul").read_source()  # type: ignore[union-attr]
@@ -42,8 +42,8 @@ def spec(number: int, unique: bool) -> TrialSpec:
 def sandboxes() -> dict[str, Any]:
     """Each level this host allows, by name; {"original": None} for a tree without them."""
     try:
-        from workers.isolation import IsolationUnavailable, choose
-        from workers.isolation_jobs import Sandbox
+        from workers.sandbox.isolation import IsolationUnavailable, choose
+        from workers.sandbox.jobs import Sandbox
     except ImportError:
         return {"original": None}
     found: dict[str, Any] = {}

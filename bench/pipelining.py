@@ -30,10 +30,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "workers"), str(REPO)]
 
-from workers.agent import AgentConfig, run_agent  # noqa: E402
-from workers.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape  # noqa: E402
+from wire.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape  # noqa: E402
+from wire.kernels import BuiltinKernel, get_builtin  # noqa: E402
+from workers.agent.core import AgentConfig, run_agent  # noqa: E402
 from workers.fingerprint import cpu_model  # noqa: E402
-from workers.kernels import BuiltinKernel, get_builtin  # noqa: E402
 
 OBJECTIVES = ["runtime_ms", "p99_ms", "compile_s"]
 

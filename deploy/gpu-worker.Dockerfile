@@ -18,6 +18,7 @@ COPY deploy/build_hooks.py deploy/build_hooks.py
 COPY migrations migrations
 COPY service service
 COPY workers workers
+COPY wire wire
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM ${CUDA_IMAGE} AS gpu-worker

@@ -14,10 +14,13 @@ from pathlib import Path
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from service.api import accounts, artifacts, controls, ops, studies, trials, workers
+from service.accounts import router as accounts
+from service.api import ops
 from service.api.deps import AppState
+from service.artifacts import router as artifacts
 from service.artifacts import validations
 from service.config import Settings
+from service.controls import router as controls
 from service.controls.catalog import ControlsCatalog
 from service.http import BodyLimit, install_error_handlers
 from service.metrics import Metrics
@@ -26,8 +29,11 @@ from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
 from service.store.migrate import prepare_schema
+from service.studies import router as studies
 from service.trials import leases
+from service.trials import router as trials
 from service.web import mount_dashboard
+from service.workers import router as workers
 
 log = logging.getLogger("paretune.service")
 

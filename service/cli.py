@@ -18,10 +18,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from service.artifact_cli import artifact_app, error_message
-from service.controls_cli import acf_app
+from service.artifacts.cli import artifact_app, error_message
+from service.controls.cli import acf_app
 from workers.cli import worker as run_worker_command
-from workers.toolchain_cli import toolchain_app
+from workers.compilers.cli import toolchain_app
 
 app = typer.Typer(help="paretune: multi-objective Pareto tuning of GPU kernel configurations.",
                   no_args_is_help=True, add_completion=False)
@@ -355,7 +355,7 @@ def load_document(path: Path) -> dict[str, Any]:
     """The study document in a YAML or JSON file (- for stdin), within the service's limits
     on size, nesting and aliases, or a one-line error."""
     from service import safe_yaml
-    from service.domain.limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_YAML_ALIASES
+    from service.studies.limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_YAML_ALIASES
 
     try:
         if str(path) == "-":

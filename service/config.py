@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.controls.catalog import configured_directory
-from service.domain.limits import MAX_BODY_BYTES
+from service.studies.limits import MAX_BODY_BYTES
 
 
 def default_data_dir() -> Path:

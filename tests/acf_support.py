@@ -22,7 +22,7 @@ needs_catalog = pytest.mark.skipif(not (CATALOG / "manifest.json").is_file(),
 
 
 def ptxas_13_3() -> Path:
-    from workers import toolchains
+    from workers.compilers import toolchains
 
     toolchain = toolchains.selected()
     if toolchain is None or toolchain.release != "13.3":
@@ -59,8 +59,8 @@ def _unused(params: object) -> float:
 
 def gemm_ptx(directory: Path, config: dict[str, int] | None = None) -> Path:
     """The PTX Triton lowers the built-in GEMM to for sm_90a at a small shape."""
+    from wire.contract import KernelSpec
     from workers.backends.triton_backend import TritonBackend
-    from workers.contract import KernelSpec
 
     kernel = KernelSpec(backend="triton", builtin="gemm_bf16", options={"compute_capability": "9.0"},
                         workload=[{"dims": {"m": 256, "n": 256, "k": 256}}])

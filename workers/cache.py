@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.backends.base import CompiledKernel
-from workers.isolation_files import UnsafeFile, copy_tree_hashed, copy_verified, read_untrusted
+from workers.sandbox.files import UnsafeFile, copy_tree_hashed, copy_verified, read_untrusted
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from workers.contract import SandboxLimits
+from wire.contract import SandboxLimits
 
 if TYPE_CHECKING:
-    from workers.agent import Agent
+    from workers.agent.core import Agent
 
 TOKEN_ENV = "PARETUNE_WORKER_TOKEN"
 log = logging.getLogger("paretune.worker")
@@ -189,7 +189,7 @@ def worker(
     Several agents on one host: give each its own --gpu and disjoint --measure-cpus and
     --compile-cpus (and, for root agents, its own --sandbox-uid pair, or let each take a
     free one). docs/security.md describes isolation levels and limits."""
-    from workers.agent import Agent, AgentConfig, AgentError
+    from workers.agent.core import Agent, AgentConfig, AgentError
 
     configure_logging()
     secret = resolve_token(token, token_file)

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from workers.contract import (
+from wire.contract import (
     CONTRACT_HEADER,
     CONTRACT_VERSION,
     HeartbeatRequest,

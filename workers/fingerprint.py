@@ -9,12 +9,12 @@ import re
 import shutil
 import socket
 import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from workers.contract import Fingerprint
-from workers.toolchains import Toolchain
+from wire import paretune_version
+from wire.contract import Fingerprint
+from workers.compilers.toolchains import Toolchain
 
 
 def cpu_model() -> str:
@@ -89,13 +89,6 @@ def gpu_identity(index: int) -> dict[str, Any]:
     if len(fields) >= 4:
         info.update(gpu_name=fields[1], gpu_uuid=fields[2], gpu_pci_bus=fields[3])
     return info
-
-
-def paretune_version() -> str:
-    try:
-        return metadata.version("paretune")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def collect(

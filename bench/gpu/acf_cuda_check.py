@@ -19,10 +19,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from workers import controls  # noqa: E402
+from wire.contract import ControlsFile, ControlsParameter, KernelSpec, MeasureSettings  # noqa: E402
 from workers.backends.base import TrialFailure  # noqa: E402
 from workers.backends.cuda_backend import CudaBackend  # noqa: E402
-from workers.contract import ControlsFile, ControlsParameter, KernelSpec, MeasureSettings  # noqa: E402
+from workers.compilers import controls  # noqa: E402
 
 SHAPE = {"rows": 16384, "cols": 8192}
 

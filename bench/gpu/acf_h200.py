@@ -41,7 +41,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench" / "gpu")]
 
 KERNELS: dict[str, dict[str, Any]] = {
     "gemm": {
-        "builtin": "gemm_bf16", "module": "workers.kernels.gpu.gemm_bf16", "entry": "matmul_kernel",
+        "builtin": "gemm_bf16", "module": "wire.kernels.gpu.gemm_bf16", "entry": "matmul_kernel",
         "dims": {"m": 4096, "n": 4096, "k": 4096}, "small": {"m": 512, "n": 512, "k": 512},
         "space": {"BLOCK_M": [64, 128], "BLOCK_N": [128, 256], "BLOCK_K": [32, 64], "num_warps": [4, 8],
                   "num_stages": [3, 4]},
@@ -49,7 +49,7 @@ KERNELS: dict[str, dict[str, Any]] = {
         "constants": {"GROUP_M": 8},
     },
     "attention": {
-        "builtin": "attention_fwd", "module": "workers.kernels.gpu.attention_fwd", "entry": "attention_fwd",
+        "builtin": "attention_fwd", "module": "wire.kernels.gpu.attention_fwd", "entry": "attention_fwd",
         "dims": {"batch": 4, "heads": 16, "seq": 2048, "head_dim": 128, "causal": 1},
         "small": {"batch": 1, "heads": 2, "seq": 256, "head_dim": 128, "causal": 1},
         "space": {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64], "num_warps": [4, 8], "num_stages": [1, 2],

@@ -5,7 +5,7 @@
 2. Validation jobs through the worker's own sandboxes: gemm_bf16 (Triton) with the baseline
    and two candidates, rmsnorm (CUDA) with the baseline and one candidate, each checked on
    its extended shapes (odd sizes such as 4095x4093x4091, rows 16383, cols 8168) and
-   measured in interleaved rounds; the ratios with their intervals (service.domain.validation).
+   measured in interleaved rounds; the ratios with their intervals (service.artifacts.comparison).
 3. The gemm candidate signed as an artifact (a throw-away key), loaded by the runtime
    module with the detected target (an exact match is expected), its triton.Config put on
    the built-in kernel with @store.autotune and run in plain PyTorch: the result against
@@ -35,13 +35,13 @@ sys.path.insert(0, str(REPO))
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from service.domain.validation import compare_reports  # noqa: E402
-from workers.artifact_controls import controls_for, kernel_identity  # noqa: E402
-from workers.artifact_doc import ArtifactDocument, CorrectnessSummary, Provenance, sign  # noqa: E402
+from service.artifacts.comparison import compare_reports  # noqa: E402
+from wire.artifact import ArtifactDocument, CorrectnessSummary, Provenance, sign  # noqa: E402
+from wire.artifact_controls import controls_for, kernel_identity  # noqa: E402
+from wire.contract import KernelSpec, MeasureSettings, ValidationCandidate, ValidationSpec  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
-from workers.contract import KernelSpec, MeasureSettings, ValidationCandidate, ValidationSpec  # noqa: E402
 from workers.runtime import ArtifactStore, detect_target  # noqa: E402
-from workers.validation import execute_validation  # noqa: E402
+from workers.validation.job import execute_validation  # noqa: E402
 
 SETTINGS = MeasureSettings(warmup_s=0.1, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=0.5)
 CPU_SETTINGS = MeasureSettings(warmup_s=0.01, min_repeats=5, max_repeats=50, target_s=0.05, hot_window_s=0.2)
@@ -139,7 +139,7 @@ def run_gemm_through_runtime(store: ArtifactStore, default: dict) -> dict[str, A
     import triton
     from triton.testing import do_bench
 
-    from workers.kernels.gpu import gemm_bf16 as gemm
+    from wire.kernels.gpu import gemm_bf16 as gemm
 
     selection = store.select("gemm_bf16")
     print("\n== runtime module:", selection.match.describe() if selection.match else "NO MATCH")
@@ -183,7 +183,7 @@ def run_gemm_through_runtime(store: ArtifactStore, default: dict) -> dict[str, A
 def compile_with_nvrtc_flags(store: ArtifactStore) -> dict[str, Any]:
     from cuda.bindings import nvrtc
 
-    from workers.kernels import get_builtin
+    from wire.kernels import get_builtin
 
     flags = store.flags("rmsnorm", "nvrtc") + ["-DCOLS=8192"]  # the shape macro a build adds itself
     source = get_builtin("cuda", "rmsnorm").read_source().encode()  # type: ignore[union-attr]
@@ -213,7 +213,7 @@ def main() -> None:
     if cpu:
         rows.append(validate("matmul", "cpu", {"opt": "-O2"}, CPU_CANDIDATES, cache, rounds=6, settings=CPU_SETTINGS))
     else:
-        from workers.kernels import get_builtin
+        from wire.kernels import get_builtin
 
         gemm_default = get_builtin("triton", "gemm_bf16").default_config  # type: ignore[union-attr]
         rows.append(validate("gemm_bf16", "triton", {}, GEMM_CANDIDATES, cache, rounds=8, settings=SETTINGS))

@@ -55,7 +55,7 @@ def apply_gpu(store: Any, baseline: dict[str, Any], dims: dict[str, int], rounds
     import torch
     import triton
 
-    from workers.kernels.gpu import gemm_bf16 as gemm
+    from wire.kernels.gpu import gemm_bf16 as gemm
 
     m, n, k = dims["m"], dims["n"], dims["k"]
     a = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
@@ -125,8 +125,8 @@ def apply_cpu(store: Any, baseline: dict[str, Any], dims: dict[str, int], rounds
 
     import numpy as np
 
+    from wire.kernels import get_builtin
     from workers.backends.cpu import flags_for
-    from workers.kernels import get_builtin
 
     work = Path(tempfile.mkdtemp(prefix="paretune-apply-"))
     (work / "matmul.c").write_text(get_builtin("cpu", "matmul").read_source())  # type: ignore[union-attr]
@@ -297,7 +297,7 @@ class Run:
         metric = next(m for m in detail["result"]["metrics"] if m["objective"] == "runtime_ms")
         within = metric["ci_low"] <= outside["ratio"] <= metric["ci_high"]
         # the plain process's own ratio and interval, by the validation's statistics
-        from service.domain.validation import PairedBlock, compare
+        from service.artifacts.comparison import PairedBlock, compare
 
         rounds = outside["rounds"]
         mine = compare([PairedBlock(rounds["default"], rounds["approved"])], objective="runtime_ms",

@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from service.studies.documents import ENERGY_HOT_WINDOW_S, ENERGY_WARMUP_S  # noqa: E402
-from workers.contract import KernelSpec, MeasureSettings  # noqa: E402
+from wire.contract import KernelSpec, MeasureSettings  # noqa: E402
 from workers.measure.gpu_aggregate import ShapeSamples, workload_metrics  # noqa: E402
 from workers.measure.gpu_harness import combine_references, hot_energy, reference_result  # noqa: E402
 from workers.measure.nvml_sim import PowerCappedGpu, simulate_run  # noqa: E402
@@ -137,7 +137,7 @@ class GpuBench:
 
     @staticmethod
     def _weights(spec: KernelSpec, entry: dict[str, Any]) -> list[float]:
-        from workers.kernels.gpu.loader import resolve
+        from workers.backends.gpu_loader import resolve
 
         return [shape.weight for shape in resolve(spec, dict(entry.get("config") or {}), entry["backend"]).workload]
 

@@ -45,9 +45,9 @@ SKIPS = (0.0, 0.2, 0.3)
 
 
 def record(args: argparse.Namespace) -> None:
+    from wire.contract import KernelSpec, MeasureSettings
     from workers.backends import get_backend
     from workers.cache import ArtifactCache
-    from workers.contract import KernelSpec, MeasureSettings
     from workers.measure import gpu_harness
     from workers.measure.gpu_energy import PERIOD_TOLERANCE_S, POWER_AVERAGING_S
 

@@ -1,6 +1,6 @@
 """Does trial isolation change what the worker measures on a GPU? The built-in Triton GEMM's
 baseline configuration (gemm_bf16, 4096^3 bf16) goes through the worker's real sandbox code
-(workers.sandbox.execute_trial with warm runners, as the agent runs triton trials: compile
+(workers.sandbox.stages.execute_trial with warm runners, as the agent runs triton trials: compile
 runner, then check + measure in the run runner, pinned to one GPU and one CPU) at two
 isolation levels, interleaved round after round (A B, then B A, ...): `none` (the agent's
 own user, rlimits only) and `namespaces` (bubblewrap: own mount, PID, IPC, UTS and network
@@ -40,15 +40,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from wire.contract import KernelSpec, MeasureSettings, SandboxLimits, TrialSpec  # noqa: E402
+from wire.kernels import get_builtin  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
-from workers.contract import KernelSpec, MeasureSettings, SandboxLimits, TrialSpec  # noqa: E402
 from workers.fingerprint import usable_cpus  # noqa: E402
-from workers.isolation import IsolationUnavailable, choose  # noqa: E402
-from workers.isolation_jobs import Sandbox  # noqa: E402
-from workers.isolation_limits import caps  # noqa: E402
-from workers.kernels import get_builtin  # noqa: E402
-from workers.runner import RunnerPool  # noqa: E402
-from workers.sandbox import execute_trial  # noqa: E402
+from workers.sandbox.isolation import IsolationUnavailable, choose  # noqa: E402
+from workers.sandbox.jobs import Sandbox  # noqa: E402
+from workers.sandbox.limits import caps  # noqa: E402
+from workers.sandbox.runner import RunnerPool  # noqa: E402
+from workers.sandbox.stages import execute_trial  # noqa: E402
 
 # run_studies.py's GPU profile: what the worker measures in the GEMM studies
 GPU_MEASURE = MeasureSettings(warmup_s=0.1, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=1.6)

@@ -31,13 +31,13 @@ sys.path.insert(0, str(REPO / "bench" / "gpu"))
 
 from sweep import Harness, space_points  # noqa: E402
 
+from wire.contract import MeasureSettings  # noqa: E402
+from wire.kernels import get_builtin  # noqa: E402
 from workers.backends.base import TrialFailure  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
-from workers.contract import MeasureSettings  # noqa: E402
-from workers.kernels import get_builtin  # noqa: E402
 from workers.measure import gpu_harness, gpu_timing  # noqa: E402
 
-# the screen's defaults (service.domain.study_doc.Screen) over a full measurement's settings
+# the screen's defaults (service.studies.document.Screen) over a full measurement's settings
 SCREEN = MeasureSettings(warmup_s=0.1, hot_window_s=0.2, target_s=0.05, cold_samples=50, min_repeats=20,
                          max_repeats=2000)
 STEPS: dict[str, list[float]] = {}

@@ -165,10 +165,10 @@ class Replayer:
         from service.accounts import tokens as auth
         from service.app import create_app
         from service.config import Settings
-        from service.domain.space import SearchSpace
         from service.store.db import Database
         from service.store.migrate import upgrade
-        from workers.kernels import all_builtins
+        from service.studies.space import SearchSpace
+        from wire.kernels import all_builtins
 
         self.kernel = {"backend": next(k.backend for k in all_builtins() if k.name == kernel), "builtin": kernel}
         self.sweep = load_sweep(sweep)

@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from workers.kernels.gpu import GEMM_SPACE  # noqa: E402
+from wire.kernels.gpu import GEMM_SPACE  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 OBJECTIVES = ("runtime_ms", "energy_mj", "p99_ms")

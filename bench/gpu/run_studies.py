@@ -226,9 +226,9 @@ def _compile_one(job: tuple[str, str, dict[str, Any], str]) -> tuple[str, str | 
     sys.path.insert(0, str(REPO / "bench" / "gpu"))
     from sweep import Harness
 
-    from workers.backends.base import TrialFailure
+    from wire.contract import MeasureSettings
+    from wire.failures import TrialFailure
     from workers.cache import ArtifactCache
-    from workers.contract import MeasureSettings
 
     backend_name, builtin, config, cache_dir = job
     harness = Harness(backend_name, builtin, ArtifactCache(Path(cache_dir)), MeasureSettings())
@@ -250,7 +250,7 @@ def compile_ahead(backend: str, builtin: str, cache_dir: Path, gpu: int, cpus: l
     sys.path.insert(0, str(REPO / "bench" / "gpu"))
     from sweep import space_points
 
-    from workers.kernels import get_builtin
+    from wire.kernels import get_builtin
 
     kernel = get_builtin(backend, builtin)
     assert kernel is not None

@@ -1,4 +1,4 @@
-"""The promotion rule of multi-fidelity measurement (service.domain.screening) replayed on what
+"""The promotion rule of multi-fidelity measurement (service.scheduling.screening) replayed on what
 the H200 recorded: which share of a study's trials it would measure fully, and whether it
 would have screened out any trial of the study's front. CPU only; no GPU time.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from service.domain import screening  # noqa: E402
+from service.scheduling import screening  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 SCREEN_ERROR = 0.014  # the largest single deviation of a 0.2 s screen from 1.6 s (docs/measurement.md)
@@ -125,7 +125,7 @@ HEADER = """# The screening rule replayed on the H200's recorded measurements
 - date: 2026-12-01 (CPU only; no GPU time)
 - command: `python bench/gpu/screening_rule.py --seeds {seeds} --sweep-orders {orders}
   --markdown bench/results/screening_rule.md`
-- what runs: `service.domain.screening.decide`, the rule the scheduling step applies, over
+- what runs: `service.scheduling.screening.decide`, the rule the scheduling step applies, over
   every completed trial of the recorded whole-stack studies (runs 1-7 and the warm-runner run
   of 2026-11-29: GEMM 4096^3, attention, RMSNorm) in their trial order, and over the GEMM's
   exhaustive sweep (196 completed configurations) in {orders} shuffled orders of 67, as a

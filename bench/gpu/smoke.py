@@ -21,11 +21,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from wire.contract import KernelSpec, MeasureSettings, TrialSpec  # noqa: E402
+from wire.kernels import get_builtin  # noqa: E402
 from workers.backends import probe_backends  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
-from workers.contract import KernelSpec, MeasureSettings, TrialSpec  # noqa: E402
-from workers.kernels import get_builtin  # noqa: E402
-from workers.sandbox import execute_trial  # noqa: E402
+from workers.sandbox.stages import execute_trial  # noqa: E402
 
 OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms", "latency_ms", "power_w"]
 SETTINGS = MeasureSettings(warmup_s=0.1, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=0.5)

@@ -36,12 +36,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from wire.contract import FailureReason, KernelSpec, MeasureSettings  # noqa: E402
+from wire.kernels import get_builtin  # noqa: E402
 from workers.backends import get_backend  # noqa: E402
 from workers.backends.base import TrialFailure  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
-from workers.contract import FailureReason, KernelSpec, MeasureSettings  # noqa: E402
-from workers.isolation_files import write_whole  # noqa: E402
-from workers.kernels import get_builtin  # noqa: E402
+from workers.sandbox.files import write_whole  # noqa: E402
 
 OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]  # --objectives changes it
 

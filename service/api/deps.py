@@ -28,7 +28,7 @@ from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
 from service.store.models import utcnow
 from service.trials.leases import EmptyQueues, StudySpecs
-from service.trials.workers import WorkerDirectory
+from service.workers.registry import WorkerDirectory
 
 log = logging.getLogger("paretune.auth")
 PRINCIPAL_TTL_S = 5.0  # a revoked token stops working within this long on other replicas

@@ -10,8 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.accounts.tokens import Principal
-from service.domain.storable import storable, storable_text
 from service.store.models import AuditEntry, utcnow
+from service.store.storable import storable, storable_text
 
 SERVICE_ACTOR = "service"
 ACTIONS = ("promote", "validated", "validation_failed", "approve", "reject", "supersede", "rollback", "revoke",

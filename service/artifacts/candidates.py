@@ -7,12 +7,12 @@ from sqlalchemy.orm import Session
 
 from service.accounts.tokens import Principal
 from service.artifacts import audit, validations
-from service.domain.artifact_states import CandidateState, check_candidate
+from service.artifacts.states import CandidateState, check_candidate
 from service.domain.states import TrialState
-from service.domain.storable import storable_text
 from service.errors import Conflict, Invalid, NotFound
 from service.store.db import is_postgres
 from service.store.models import Candidate, Study, Trial, Validation, utcnow
+from service.store.storable import storable_text
 
 OPEN = (CandidateState.VALIDATING.value, CandidateState.VALIDATED.value)
 

@@ -1,7 +1,7 @@
 """The catalog of approved artifacts: search, resolve (the nearest target), staleness, and
 the approved configurations a new study may start from (warm_start: catalog).
 
-Resolving follows the runtime module's rules (workers.runtime.match): the device must match,
+Resolving follows the runtime module's rules (wire.targets): the device must match,
 then the fewest weighted toolchain differences, then the highest version, then the latest
 approval. Only current versions are served.
 """
@@ -16,11 +16,11 @@ from sqlalchemy.orm import Session
 
 from service.artifacts import audit
 from service.artifacts.versions import kernel_name
-from service.domain.space import SearchSpace
 from service.errors import NotFound
 from service.store.models import Artifact, ArtifactVersion, Pool, Worker, as_utc, utcnow
-from workers.contract import KernelSpec, Target
-from workers.runtime.match import WEIGHTS, toolchain_differences
+from service.studies.space import SearchSpace
+from wire.contract import KernelSpec, Target
+from wire.targets import WEIGHTS, toolchain_differences
 
 
 @dataclass(frozen=True)

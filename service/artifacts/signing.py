@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
 
-from workers.artifact_doc import ALGORITHM, key_id
+from wire.artifact import ALGORITHM, key_id
 
 KEY_FILE_ENV = "PARETUNE_SIGNING_KEY_FILE"
 DEFAULT_KEY_NAME = "signing-key.pem"

@@ -5,7 +5,7 @@ in the validation_jobs table and leased through the same long-poll as trials: a 
 the pool that runs the study's backend takes the oldest queued job. With several live
 workers in the pool, the rounds are split into as many jobs (at most MAX_JOBS, each of at
 least MIN_ROUNDS_PER_JOB rounds), so that several GPUs of the model measure at once; the
-statistics remove each job's mean (service.domain.validation), so a faster GPU cannot widen
+statistics remove each job's mean (service.artifacts.comparison), so a faster GPU cannot widen
 the intervals. Leases have a token and an expiry like trials'; an expired one goes back
 to the queue until its attempts run out.
 
@@ -26,10 +26,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from service.artifacts import audit
-from service.config import Settings
-from service.controls import files as controls_files
-from service.domain import study_doc as sd
-from service.domain.artifact_states import (
+from service.artifacts.comparison import compare_reports
+from service.artifacts.states import (
     JOB_FINISHED,
     CandidateState,
     JobState,
@@ -37,14 +35,16 @@ from service.domain.artifact_states import (
     check_candidate,
     check_job,
 )
-from service.domain.storable import storable, storable_text
-from service.domain.validation import compare_reports
+from service.config import Settings
+from service.controls import files as controls_files
 from service.errors import Conflict, Invalid
 from service.store.db import after_commit, is_postgres
 from service.store.models import Candidate, Study, Trial, Validation, ValidationJob, Worker, as_utc, utcnow
+from service.store.storable import storable, storable_text
+from service.studies import document as sd
 from service.trials.leases import EmptyQueues, QueueKey
-from service.trials.workers import WorkerDirectory, WorkerInfo
-from workers import contract as wire
+from service.workers.registry import WorkerDirectory, WorkerInfo
+from wire import contract as wire
 
 DEFAULT_ROUNDS = 20
 MAX_JOBS = 8

@@ -16,9 +16,8 @@ from sqlalchemy.orm import Session
 
 from service.artifacts import audit, validations
 from service.artifacts.signing import SigningKey
+from service.artifacts.states import CandidateState, VersionState, check_candidate, check_version
 from service.controls import files as controls_files
-from service.domain.artifact_states import CandidateState, VersionState, check_candidate, check_version
-from service.domain.storable import storable_text
 from service.errors import Conflict, Forbidden, NotFound
 from service.store.db import is_postgres
 from service.store.models import (
@@ -31,9 +30,9 @@ from service.store.models import (
     as_utc,
     utcnow,
 )
-from workers import canonical_json
-from workers.artifact_controls import controls_for, kernel_identity
-from workers.artifact_doc import (
+from service.store.storable import storable_text
+from wire import canonical_json, paretune_version
+from wire.artifact import (
     NVIDIA_NOTICE,
     AcfFile,
     ArtifactDocument,
@@ -43,8 +42,8 @@ from workers.artifact_doc import (
     ValidatedMetric,
     sign,
 )
-from workers.contract import KernelSpec, ShapeCorrectness, Target
-from workers.fingerprint import paretune_version
+from wire.artifact_controls import controls_for, kernel_identity
+from wire.contract import KernelSpec, ShapeCorrectness, Target
 
 MEASUREMENT_METHOD = "paretune-measure/1"  # docs/measurement.md
 

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.store.models import ControlsFile
-from workers import contract as wire
+from wire import contract as wire
 
 
 def named(controls: dict[str, Any], configs: list[dict[str, Any]]) -> list[str]:

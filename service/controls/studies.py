@@ -18,11 +18,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.controls.catalog import CatalogError, ControlsCatalog
-from service.domain.space import NO_CONTROLS, SearchSpace
-from service.domain.study_doc import DocumentError, check_grid
 from service.errors import Invalid
 from service.store.models import ControlsFile, ControlsPack, ControlsPackFile, Pool, Worker
-from workers.toolchains import release_of
+from service.studies.document import DocumentError, check_grid
+from service.studies.space import NO_CONTROLS, SearchSpace
+from wire.targets import release_of
 
 
 def resolve(session: Session, catalog: ControlsCatalog, document: dict[str, Any]) -> None:

@@ -41,7 +41,12 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.controls.catalog import CatalogError, ControlsCatalog
-from service.domain.space import (
+from service.domain.states import TRIAL_FINISHED, TrialState
+from service.scheduling import feasibility
+from service.scheduling.asks import SamplerWaits, SpaceExhausted
+from service.store.models import ControlsFile, SamplerCheckpoint, Study, Trial, utcnow
+from service.studies.document import DocumentError
+from service.studies.space import (
     NO_CONTROLS,
     BoolParam,
     CategoricalParam,
@@ -50,11 +55,6 @@ from service.domain.space import (
     IntParam,
     SearchSpace,
 )
-from service.domain.states import TRIAL_FINISHED, TrialState
-from service.domain.study_doc import DocumentError
-from service.scheduling import feasibility
-from service.scheduling.asks import SamplerWaits, SpaceExhausted
-from service.store.models import ControlsFile, SamplerCheckpoint, Study, Trial, utcnow
 from service.trials.queries import LIGHT
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Where the service knows the limits of the GPU a study tunes for (the document's `target`,
 else what the workers of its pool report in their fingerprints) and the kernel is a built-in
-with a resource model (workers.kernels.resources), a proposal over those limits is recorded
+with a resource model (wire.kernels.resources), a proposal over those limits is recorded
 as failed with reason `infeasible` in the step that asked for it: no worker leases it, no
 compile runs. Elsewhere the worker finds the same before compiling, or from the compiled
 kernel, and reports the same reason.
@@ -17,9 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.store.models import Study, Worker
-from workers.contract import DeviceLimits
-from workers.kernels import get_builtin, resource_violations
-from workers.kernels.resources import Violation, describe
+from wire.contract import DeviceLimits
+from wire.kernels import get_builtin, resource_violations
+from wire.kernels.resources import Violation, describe
 
 POOL_LIMITS_TTL_S = 30.0  # how long a study's step keeps what its pool's workers reported
 LIMIT_FIELDS = ("shared_memory_per_block", "threads_per_block", "registers_per_block", "registers_per_thread")

@@ -27,15 +27,15 @@ from sqlalchemy.orm import Session
 
 from service.controls.catalog import ControlsCatalog
 from service.domain.results import constraint_value
-from service.domain.space import MAX_GRID_POINTS, SearchSpace
 from service.domain.states import TRIAL_FINISHED, TrialState
 from service.scheduling import feasibility, samplers
 from service.scheduling.asks import SpaceExhausted
 from service.scheduling.engine import EngineMirror
 from service.store.models import Study, Trial
+from service.studies.space import MAX_GRID_POINTS, SearchSpace
 from service.trials.queries import LIGHT
-from workers.contract import FailureReason
-from workers.kernels.resources import parse_refusals
+from wire.contract import FailureReason
+from wire.kernels.resources import parse_refusals
 
 if TYPE_CHECKING:
     from service.scheduling.fronts import Front
@@ -209,7 +209,7 @@ class Mirror:
         A trial measured fully is told once, with its full values, when that stage completes
         (until then the sampler holds it as running). A trial screened out is told complete
         with what the screen measured, and the objectives it did not measure as the
-        promotion rule bounded them (service.domain.screening.told_values): values the front
+        promotion rule bounded them (service.scheduling.screening.told_values): values the front
         member that screened it out dominates, as it does; of its constraints, those on
         screened metrics."""
         constraints: dict[str, float] = {}

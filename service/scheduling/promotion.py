@@ -1,5 +1,5 @@
 """What becomes of a study's screened trials, decided in its scheduling step against the front
-of its fully measured trials (service.domain.screening has the rule):
+of its fully measured trials (service.scheduling.screening has the rule):
 - promoted: the same trial goes back to the queue for its full stage, where any worker of
   the pool may take it (attempts count afresh; the sampler still holds it as running and
   hears its full values when that stage completes);
@@ -14,12 +14,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.domain import screening
 from service.domain.states import TrialState, waiting_state
+from service.scheduling import screening
 from service.scheduling.mirror import Mirror
 from service.store.models import Study, Trial
 from service.trials.transitions import move
-from workers.contract import FailureReason
+from wire.contract import FailureReason
 
 
 def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]) -> int:

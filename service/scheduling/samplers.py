@@ -21,8 +21,8 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers._ga._base import BaseGASampler
 from optuna.trial import FrozenTrial, TrialState
 
-from service.domain.study_doc import DocumentError
 from service.scheduling import engine
+from service.studies.document import DocumentError
 
 
 def _indexed(base: type[BaseGASampler]) -> type[BaseGASampler]:

@@ -24,18 +24,18 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
 from service.domain import schedule
-from service.domain import study_doc as sd
 from service.domain.states import STUDY_FINISHED, TRIAL_REPORTED, TrialState
 from service.scheduling import feasibility, fronts, promotion
 from service.scheduling.asks import SamplerWaits, SpaceExhausted
 from service.scheduling.mirror import Mirror, MirrorCache, StudyMirror
 from service.store.db import lock_study, next_seq, next_seqs
 from service.store.models import Study, Trial
+from service.studies import document as sd
 from service.studies import lifecycle
 from service.trials import queries
 from service.trials.queries import LIGHT
 from service.trials.transitions import move, touch, touch_ids
-from workers.contract import FailureReason
+from wire.contract import FailureReason
 
 ASKS_PER_STEP = 64  # one step asks for at most this many trials...
 # ...and asks as many as it accounted for (the queue keeps its level however long steps

@@ -217,7 +217,7 @@ class Candidate(Base):
     trial_number: Mapped[int] = mapped_column(Integer)
     config: Mapped[dict[str, Any]] = mapped_column()
     note: Mapped[str] = mapped_column(Text, default="")
-    state: Mapped[str] = mapped_column(String(16))  # service.domain.artifact_states.CandidateState
+    state: Mapped[str] = mapped_column(String(16))  # service.artifacts.states.CandidateState
     promoted_by: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), nullable=True)  # None: the service
     promoted_by_name: Mapped[str] = mapped_column(String(200))
     validation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # its latest validation

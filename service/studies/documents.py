@@ -6,13 +6,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.domain import screening
-from service.domain import study_doc as sd
-from service.domain.space import CompilerControlsParam, SearchSpace
 from service.errors import Invalid, invalid_from_pydantic
-from service.scheduling import samplers
-from workers.contract import COMPILE_METRICS, DeviceLimits, WorkloadShape, compile_only
-from workers.kernels.resources import KNOWN_LIMITS, limits_for
+from service.scheduling import samplers, screening
+from service.studies import document as sd
+from service.studies.space import CompilerControlsParam, SearchSpace
+from wire.contract import COMPILE_METRICS, DeviceLimits, WorkloadShape, compile_only
+from wire.kernels.resources import KNOWN_LIMITS, limits_for
 
 GPU_BACKENDS = {"triton", "cuda"}
 ENERGY_METRICS = {"energy_mj", "power_w"}
@@ -27,7 +26,7 @@ ENERGY_WARMUP_S = 2.0
 
 
 def builtin_kernel(backend: str, name: str) -> Any:
-    from workers.kernels import get_builtin
+    from wire.kernels import get_builtin
 
     return get_builtin(backend, name)
 

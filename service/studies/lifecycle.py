@@ -8,12 +8,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.domain import study_doc as sd
 from service.domain.schedule import Settlement
 from service.domain.states import STUDY_FINISHED, TRIAL_WAITING, IllegalTransition, StudyState, TrialState, check_study
 from service.errors import Conflict, NotFound
 from service.store.db import lock_study, next_seq
 from service.store.models import Study, as_utc, utcnow
+from service.studies import document as sd
 from service.trials.transitions import move_all
 
 

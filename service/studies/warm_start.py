@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.domain.space import SearchSpace
 from service.errors import Invalid
 from service.store.models import Study, Trial
+from service.studies.space import SearchSpace
 
 
 def resolve(session: Session, team_id: int, document: dict[str, Any]) -> None:

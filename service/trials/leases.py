@@ -22,16 +22,17 @@ from sqlalchemy import Select, Update, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.domain import results, screening
+from service.domain import results
 from service.domain.states import TRIAL_FINISHED, StudyState, TrialState, after_expired_lease
-from service.domain.storable import storable, storable_text
 from service.errors import Conflict
+from service.scheduling import screening
 from service.store.db import is_postgres, lock_study
 from service.store.models import TRIALS, Study, Trial, as_utc, utcnow
+from service.store.storable import storable, storable_text
 from service.studies.lifecycle import past_wall_time
 from service.trials.transitions import move, move_params, move_statement
-from service.trials.workers import WorkerDirectory, WorkerInfo
-from workers import contract as wire
+from service.workers.registry import WorkerDirectory, WorkerInfo
+from wire import contract as wire
 
 
 @dataclass(frozen=True)

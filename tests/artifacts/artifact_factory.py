@@ -6,14 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from workers.artifact_controls import controls_for, kernel_identity
-from workers.artifact_doc import (
+from wire.artifact import (
     ArtifactDocument,
     CorrectnessSummary,
     Provenance,
     ValidatedMetric,
 )
-from workers.contract import KernelSpec, ShapeCorrectness, Target, WorkloadShape
+from wire.artifact_controls import controls_for, kernel_identity
+from wire.contract import KernelSpec, ShapeCorrectness, Target, WorkloadShape
 
 H200 = Target(
     gpu="NVIDIA H200",

@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from typer.testing import CliRunner
 
 from service.cli import app
-from workers.artifact_doc import sign
-from workers.contract import KernelSpec
+from wire.artifact import sign
+from wire.contract import KernelSpec
 from workers.runtime import ArtifactStore, EmbeddedKeyWarning
 
 REPO = Path(__file__).resolve().parents[2]
@@ -138,7 +138,7 @@ def test_commands_work_on_a_worker_only_install(files: dict[str, Path]) -> None:
                 if name.split(".")[0] in BLOCKED:
                     raise ImportError(f"{{name}} is a service extra")
         sys.meta_path.insert(0, Block())
-        import workers.runtime, workers.artifact_doc
+        import workers.runtime, wire.artifact
         from service.cli import app
         for args in (["verify", {str(files["cuda"])!r}, "--public-key", {str(files["public"])!r}],
                      ["flags", {str(files["cuda"])!r}, "--public-key", {str(files["public"])!r}]):

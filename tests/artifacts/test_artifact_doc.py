@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workers import canonical_json
-from workers.artifact_doc import (
+from wire import canonical_json
+from wire.artifact import (
     AcfFile,
     ArtifactDocument,
     ArtifactVerificationError,
@@ -33,7 +33,7 @@ from workers.artifact_doc import (
     verify,
     verify_envelope,
 )
-from workers.contract import KernelSpec
+from wire.contract import KernelSpec
 
 
 def public_pem(key: Ed25519PrivateKey) -> bytes:

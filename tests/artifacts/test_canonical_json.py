@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers import canonical_json
-from workers.canonical_json import CanonicalJsonError, dumps, format_number, loads
+from wire import canonical_json
+from wire.canonical_json import CanonicalJsonError, dumps, format_number, loads
 
 # RFC 8785 Appendix B: IEEE-754 bit patterns and their serialisation
 APPENDIX_B = [

@@ -17,10 +17,10 @@ from artifact_factory import H200, make_document
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from workers.artifact_doc import ArtifactVerificationError, VerificationFailure, sign
+from wire.artifact import ArtifactVerificationError, VerificationFailure, sign
+from wire.contract import KernelSpec
+from wire.kernels import get_builtin
 from workers.backends.cpu import flags_for
-from workers.contract import KernelSpec
-from workers.kernels import get_builtin
 from workers.runtime import (
     ArtifactFallbackWarning,
     ArtifactStore,

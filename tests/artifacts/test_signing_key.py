@@ -20,7 +20,7 @@ from service.artifacts.signing import (
     SigningKeyError,
     load_signing_key,
 )
-from workers.artifact_doc import key_id, sign, verify
+from wire.artifact import key_id, sign, verify
 
 
 def test_generated_once_under_the_data_dir_with_mode_0600(tmp_path: Path) -> None:

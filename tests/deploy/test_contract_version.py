@@ -13,9 +13,9 @@ import pytest
 from fake_worker import register
 from helpers import LiveService
 
-from service.api.compat import OLDEST_WORKER_CONTRACT
+from service.workers.compat import OLDEST_WORKER_CONTRACT
+from wire.contract import CONTRACT_HEADER, CONTRACT_VERSION, Fingerprint, LeaseRequest, RegisterRequest
 from workers.client import ControlPlaneClient
-from workers.contract import CONTRACT_HEADER, CONTRACT_VERSION, Fingerprint, LeaseRequest, RegisterRequest
 
 
 class _Recorder(BaseHTTPRequestHandler):

@@ -22,7 +22,7 @@ from helpers import REPO
 from service.config import Settings
 from service.scheduling.process import POOL_SIZE as SCHEDULER_POOL
 from service.store.db import MAX_OVERFLOW
-from workers.agent import AgentConfig
+from workers.agent.core import AgentConfig
 
 KUSTOMIZE = REPO / "deploy" / "kubernetes"
 OVERLAYS = sorted(p.parent.name for p in (KUSTOMIZE / "overlays").glob("*/kustomization.yaml"))

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from service.domain.artifact_states import (
+from service.artifacts.states import (
     CandidateState,
     IllegalMove,
     JobState,

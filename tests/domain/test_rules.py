@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.domain import results, schedule
-from service.domain.space import MAX_GRID_POINTS, GridOrder, SearchSpace
 from service.domain.states import (
     STUDY_TRANSITIONS,
     TRIAL_FINISHED,
@@ -22,6 +21,7 @@ from service.domain.states import (
     check_study,
     check_trial,
 )
+from service.studies.space import MAX_GRID_POINTS, GridOrder, SearchSpace
 
 # --- state machines -----------------------------------------------------------------------
 

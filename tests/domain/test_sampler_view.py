@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from service.domain.space import SearchSpace
-from workers.kernels import all_builtins
+from service.studies.space import SearchSpace
+from wire.kernels import all_builtins
 
 MIXED = SearchSpace.parse([
     {"name": "BLOCK", "type": "categorical", "choices": [256, 32, 128, 64]},

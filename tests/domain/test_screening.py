@@ -1,4 +1,4 @@
-"""The promotion rule of multi-fidelity measurement (service.domain.screening), tested directly:
+"""The promotion rule of multi-fidelity measurement (service.scheduling.screening), tested directly:
 against a brute-force reference that enumerates plausible values, for the safety it promises
 when the full values lie where the screen put them, and on numbers recorded on the H200."""
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.domain import screening
-from service.domain.screening import Interval, Member, Rule
-from service.domain.study_doc import DocumentError, Promote, Screen
+from service.scheduling import screening
+from service.scheduling.screening import Interval, Member, Rule
+from service.studies.document import DocumentError, Promote, Screen
 
 RT_E = [{"name": "runtime_ms", "direction": "minimize"}, {"name": "energy_mj", "direction": "minimize"}]
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from service.domain.validation import PairedBlock, compare, compare_reports
-from workers.contract import ConfigOutcome, ValidationReport
+from service.artifacts.comparison import PairedBlock, compare, compare_reports
+from wire.contract import ConfigOutcome, ValidationReport
 
 T975 = {9: 2.262157, 14: 2.144787, 17: 2.109816}  # t quantiles from the tables
 
@@ -163,7 +163,7 @@ def test_compare_reports_pools_the_jobs_of_one_candidate() -> None:
 def test_a_metric_read_exactly_is_compared_exactly_zeros_included() -> None:
     """A compiler's report is the same in every round: 0 spill bytes against 48 is better,
     0 against 0 no different, 96 registers against 128 a ratio of 0.75 with no spread."""
-    from service.domain.validation import PairedBlock, compare
+    from service.artifacts.comparison import PairedBlock, compare
 
     fewer = compare([PairedBlock([48.0] * 3, [0.0] * 3)], objective="spill_bytes", direction="minimize")
     assert (fewer.verdict, fewer.significant, fewer.ratio, fewer.rounds) == ("better", True, 0.0, 3)

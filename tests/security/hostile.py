@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.kernels import get_builtin
+from wire.kernels import get_builtin
 
 PYTHON = r'''
 import glob, json, os, socket, sqlite3, sys, time

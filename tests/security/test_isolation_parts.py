@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 import typer
 
-from workers import isolation_limits
+from wire.contract import KernelSpec, SandboxLimits
 from workers.backends.base import CompiledKernel
 from workers.cache import ArtifactCache
 from workers.cli import resolve_token
-from workers.contract import KernelSpec, SandboxLimits
-from workers.isolation import IsolationUnavailable, choose, reserve_uids, sandbox_env
-from workers.isolation_files import UnsafeFile
-from workers.isolation_jobs import Sandbox
-from workers.isolation_procs import descendants, kill_uid, processes_of_uid
+from workers.sandbox import limits as isolation_limits
+from workers.sandbox.files import UnsafeFile
+from workers.sandbox.isolation import IsolationUnavailable, choose, reserve_uids, sandbox_env
+from workers.sandbox.jobs import Sandbox
+from workers.sandbox.procs import descendants, kill_uid, processes_of_uid
 
 KEY = "cd" + "1" * 62
 REPO = Path(__file__).resolve().parents[2]
@@ -144,7 +144,7 @@ def test_rlimits_are_hard_inside_the_sandbox(tmp_path):
     the hard one), and past them gets the errors the messages are made from."""
     code = """
 import json, resource, sys
-from workers import isolation_limits
+from workers.sandbox import limits as isolation_limits
 isolation_limits.apply({"memory_mb": 512, "file_size_mb": 1, "open_files": 64, "processes": 100000,
                         "cpu_s": 30}, "python")
 out = {}
@@ -331,7 +331,7 @@ def test_local_workers_get_their_token_through_stdin(tmp_path, starter, monkeypa
 
         process = _start_local_worker("http://127.0.0.1:9", token, 0)
     else:
-        from workers.agent import AgentConfig, start_agent_process
+        from workers.agent.core import AgentConfig, start_agent_process
 
         process = start_agent_process(AgentConfig(server="http://127.0.0.1:9", token=token,
                                                    cache_dir=tmp_path / "cache", isolation="none"),
@@ -348,7 +348,7 @@ def test_local_workers_get_their_token_through_stdin(tmp_path, starter, monkeypa
 
 
 def test_options_path_is_limited_to_the_workers_python_paths(tmp_path):
-    from workers.backends.base import TrialFailure
+    from wire.failures import TrialFailure
     from workers.backends.python_backend import PYTHON_PATHS_ENV, load_objective
 
     offered, elsewhere = tmp_path / "offered", tmp_path / "elsewhere"
@@ -385,7 +385,7 @@ def leave(config):
 
 
 def _trial(study_id: int, marker: str):  # type: ignore[no-untyped-def]
-    from workers.contract import TrialSpec
+    from wire.contract import TrialSpec
 
     return TrialSpec(trial_id=1, study_id=study_id, number=0, attempt=1, is_baseline=True,
                      kernel=KernelSpec(backend="python", source=LEAVES_A_CHILD, entry="leave"),
@@ -395,8 +395,8 @@ def _trial(study_id: int, marker: str):  # type: ignore[no-untyped-def]
 def test_a_warm_runner_in_namespaces_loses_what_each_trial_left_and_serves_one_study(tmp_path):
     from plant import with_marker
 
-    from workers.runner import RunnerPool
-    from workers.sandbox import execute_trial
+    from workers.sandbox.runner import RunnerPool
+    from workers.sandbox.stages import execute_trial
 
     sandbox = Sandbox(work_root=tmp_path / "work")
     sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[])
@@ -422,9 +422,9 @@ def test_a_warm_runner_in_namespaces_loses_what_each_trial_left_and_serves_one_s
 def _objective_in_sandbox(root: Path, level: str, code: str, objectives: list[str]):  # type: ignore[no-untyped-def]
     """Run `code` (a module defining f(config)) as a python-backend trial at `level`, from an
     offered path under `root` (which the sandbox uid must be able to pass through)."""
+    from wire.contract import TrialSpec
     from workers.backends.python_backend import PYTHON_PATHS_ENV
-    from workers.contract import TrialSpec
-    from workers.sandbox import execute_trial
+    from workers.sandbox.stages import execute_trial
 
     offered = root / "objectives"
     offered.mkdir(mode=0o755)
@@ -510,7 +510,7 @@ def test_the_compiler_named_by_cc_is_visible_in_namespaces(monkeypatch):
 
 
 def _python_trial(source: str, entry: str, **sandbox: int):  # type: ignore[no-untyped-def]
-    from workers.contract import TrialSpec
+    from wire.contract import TrialSpec
 
     return TrialSpec(trial_id=1, study_id=1, number=0, attempt=1, is_baseline=True,
                      kernel=KernelSpec(backend="python", source=source, entry=entry), config={},
@@ -518,7 +518,7 @@ def _python_trial(source: str, entry: str, **sandbox: int):  # type: ignore[no-u
 
 
 def test_cpu_time_is_limited_and_named(tmp_path):
-    from workers.sandbox import execute_trial
+    from workers.sandbox.stages import execute_trial
 
     started = time.monotonic()
     result = execute_trial(_python_trial("def burn(config):\n    while True:\n        pass\n", "burn", cpu_s=1),
@@ -529,8 +529,8 @@ def test_cpu_time_is_limited_and_named(tmp_path):
 
 
 def test_each_job_has_its_own_triton_cache_and_paths_recorded_in_a_build_follow_it(tmp_path):
-    from workers.isolation_jobs import TOOL_CACHE, Job
-    from workers.sandbox import execute_trial, place_build
+    from workers.sandbox.jobs import TOOL_CACHE, Job
+    from workers.sandbox.stages import execute_trial, place_build
 
     reports_its_cache = (
         "import os\n"

@@ -18,9 +18,9 @@ from acf_support import CATALOG, OTHER_RELEASE, TOOLCHAINS, needs_catalog, ptxas
 from helpers import run_cli, start_service, wait_for
 
 from service.controls.packs import build
-from workers import ptxas
+from wire.contract import KernelSpec
 from workers.backends.triton_backend import TritonBackend
-from workers.contract import KernelSpec
+from workers.compilers import ptxas
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, needs_catalog]
 SHAPE = {"batch": 1, "heads": 2, "seq": 256, "head_dim": 128, "causal": 1}

@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 
 from service.artifacts.validations import split_rounds
 from service.store.models import ArtifactVersion
-from workers.artifact_doc import ArtifactVerificationError, VerificationFailure, verify
+from wire.artifact import ArtifactVerificationError, VerificationFailure, verify
 
 T_975 = {5: 2.5706}  # Student's t, 97.5% quantile, by degrees of freedom (printed tables)
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from helpers import run_cli, wait_for
 
+from wire.kernels import get_builtin
 from workers.backends.cpu import flags_for
-from workers.kernels import get_builtin
 from workers.runtime import ArtifactStore
 
 pytestmark = pytest.mark.postgres

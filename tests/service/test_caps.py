@@ -14,8 +14,8 @@ import pytest
 from conftest import study_doc
 from helpers import create_postgres_database, drop_postgres_database, postgres_available, start_service, wait_for
 
-from service.domain.space import MAX_GRID_POINTS
-from service.domain.study_doc import MAX_PARALLELISM
+from service.studies.document import MAX_PARALLELISM
+from service.studies.space import MAX_GRID_POINTS
 
 CHOICES = 1000  # two parameters of 1000 values: a grid of exactly MAX_GRID_POINTS
 GRID = [{"name": "a", "type": "categorical", "choices": list(range(CHOICES)), "default": 0},

@@ -17,8 +17,8 @@ from helpers import REPO
 
 from service import safe_yaml
 from service.cli import load_document
-from service.domain import study_doc
-from service.domain.limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_YAML_ALIASES
+from service.studies import document as study_doc
+from service.studies.limits import MAX_BODY_BYTES, MAX_DEPTH, MAX_YAML_ALIASES
 
 BILLION_LAUGHS = "\n".join(
     ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
@@ -134,9 +134,9 @@ def test_syntax_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_docs_list_the_limits_the_code_enforces() -> None:
     from service.config import Settings
-    from service.domain import space
     from service.http import MAX_JSON_DEPTH
     from service.scheduling.samplers import MAX_REFERENCE_POINTS, OPTION_RANGES
+    from service.studies import space
 
     docs = (REPO / "docs" / "api.md").read_text()
     phrases = [

@@ -15,7 +15,7 @@ import pytest
 from conftest import Api, study_doc
 from fake_worker import result_for
 
-from service.domain.storable import REPLACEMENT
+from service.store.storable import REPLACEMENT
 
 HUGE_IDS = [2**31, 2**63, 10**30]
 

@@ -11,8 +11,8 @@ import optuna
 import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
 
-from service.domain.study_doc import DocumentError
 from service.scheduling import samplers
+from service.studies.document import DocumentError
 
 SPACE = {"x": FloatDistribution(0, 1), "y": IntDistribution(1, 10)}
 # some trials asked with one more parameter and one narrower: the search space the sampler

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from conftest import Api
 
-from service.domain import screening
-from service.scheduling import promotion
+from service.scheduling import promotion, screening
 
 SPACE = [
     {"name": "x", "type": "float", "low": 0.0, "high": 1.0, "default": 0.5},

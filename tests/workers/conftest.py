@@ -13,8 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # worker_plane, worker_objectives
 
+from wire.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
-from workers.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape  # noqa: E402
 
 HERE = Path(__file__).parent
 FAST = MeasureSettings(warmup_s=0.005, min_repeats=5, max_repeats=40, target_s=0.03, hot_window_s=0.2)

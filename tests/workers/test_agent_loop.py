@@ -15,8 +15,8 @@ from conftest import PLANTED, cpu_source_kernel, make_spec, process_alive, pytho
 from helpers import wait_for
 from worker_plane import Plane, PlaneServer
 
-from workers.agent import AgentConfig, run_agent, start_agent_thread
-from workers.contract import FailureReason
+from wire.contract import FailureReason
+from workers.agent.core import AgentConfig, run_agent, start_agent_thread
 
 REPO = Path(__file__).resolve().parents[2]
 

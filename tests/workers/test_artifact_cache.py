@@ -12,7 +12,7 @@ from conftest import PLANTED, cpu_source_kernel, make_spec
 from workers.backends.base import CompiledKernel
 from workers.backends.cpu import CpuBackend
 from workers.cache import ArtifactCache
-from workers.sandbox import compile_trial
+from workers.sandbox.stages import compile_trial
 
 KEY = "ab" + "0" * 62
 

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from wire.contract import HeartbeatRequest, LeaseRequest, TrialResult
 from workers.client import ApiError, Backoff, ControlPlaneClient, GaveUp, LeaseGone
-from workers.contract import HeartbeatRequest, LeaseRequest, TrialResult
 
 
 def test_backoff_grows_exponentially_with_full_jitter_and_a_cap():

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from conftest import FAST, make_spec
 
+from wire.contract import FailureReason, KernelSpec, WorkloadShape
+from wire.failures import TrialFailure
+from wire.kernels import BUILTINS, BuiltinKernel, get_builtin, register, space_violations
 from workers.backends import get_backend, probe_backends
-from workers.backends.base import TrialFailure
 from workers.backends.cpu import flags_for
-from workers.contract import FailureReason, KernelSpec, WorkloadShape
 from workers.fingerprint import collect
-from workers.kernels import BUILTINS, BuiltinKernel, get_builtin, register, space_violations
 from workers.measure import rapl
-from workers.sandbox import execute_trial
+from workers.sandbox.stages import execute_trial
 
 
 def test_flags_for_a_configuration():
@@ -189,7 +189,7 @@ def test_every_pointer_argument_is_kept_alive(name):
 
     import numpy as np
 
-    from workers.kernels.cpu.problems import get_problem
+    from workers.backends.cpu_problems import get_problem
 
     problem = get_problem(name)
     dims = problem.shape(problem.edge_shapes()[0])

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from workers.backends.base import TrialFailure
+from wire.contract import FailureReason, KernelSpec, MeasureSettings, WorkloadShape
+from wire.failures import TrialFailure
+from wire.kernels import get_builtin, space_violations
 from workers.backends.cuda_backend import CudaBackend, program_settings, variant_id
+from workers.backends.gpu_loader import resolve, shape_key
 from workers.backends.triton_backend import TritonBackend, compile_options, meta_parameters
-from workers.contract import FailureReason, KernelSpec, MeasureSettings, WorkloadShape
-from workers.kernels import get_builtin, space_violations
-from workers.kernels.gpu.loader import resolve, shape_key
 
 FAST = MeasureSettings(warmup_s=0.02, min_repeats=20, max_repeats=400, target_s=0.05, hot_window_s=0.3)
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.backends.base import TrialFailure
-from workers.contract import FailureReason
+from wire.contract import FailureReason
+from wire.failures import TrialFailure
 from workers.measure.gpu_aggregate import (
     ShapeSamples,
     bootstrap_quantile_ci,

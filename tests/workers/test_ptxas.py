@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from acf_support import engine_acfs, gemm_ptx, needs_catalog, ptxas_13_3, ptxas_other
 
-from workers import controls, ptxas
-from workers.backends.base import TrialFailure
-from workers.contract import ControlsParameter, FailureReason, KernelSpec
+from wire.contract import ControlsParameter, FailureReason, KernelSpec
+from wire.failures import TrialFailure
+from workers.compilers import controls, ptxas
 
 LOG = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'first' for 'sm_90a'
@@ -86,7 +86,7 @@ def test_controls_files_are_checked_and_found(tmp_path: Path) -> None:
     import base64
     import hashlib
 
-    from workers.contract import ControlsFile
+    from wire.contract import ControlsFile
 
     content = b"\x01\x02controls"
     sha = hashlib.sha256(content).hexdigest()

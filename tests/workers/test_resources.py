@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-from workers.backends.base import TrialFailure
-from workers.contract import DeviceLimits, FailureReason, KernelSpec
-from workers.kernels import get_builtin, resource_violations
-from workers.kernels.gpu.loader import refuse_compiled, refuse_unlaunchable, resolve
-from workers.kernels.resources import (
+from wire.contract import DeviceLimits, FailureReason, KernelSpec
+from wire.failures import TrialFailure
+from wire.kernels import get_builtin, resource_violations
+from wire.kernels.resources import (
     KNOWN_LIMITS,
     ResourceUse,
     Violation,
@@ -26,6 +25,7 @@ from workers.kernels.resources import (
     parse_refusals,
     violations,
 )
+from workers.backends.gpu_loader import refuse_compiled, refuse_unlaunchable, resolve
 from workers.measure.gpu_limits import limits_from_properties
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
@@ -231,3 +231,11 @@ def test_a_worker_reports_its_gpu_limits_in_its_fingerprint() -> None:
     probes = {"cpu": {"available": True}, "triton": {"available": True, "device_limits": H200.model_dump()}}
     assert collect(probes).device_limits == H200
     assert collect({"cpu": {"available": True}}).device_limits is None
+
+
+def test_harness_names_from_before_the_catalog_moved_still_resolve() -> None:
+    from workers.backends.gpu_loader import harness_module
+
+    assert harness_module("workers.kernels.gpu.rmsnorm") == "wire.kernels.gpu.rmsnorm"
+    assert harness_module("wire.kernels.gpu.rmsnorm") == "wire.kernels.gpu.rmsnorm"
+    assert harness_module("team_harness") == "team_harness"

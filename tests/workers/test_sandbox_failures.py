@@ -9,8 +9,8 @@ from pathlib import Path
 
 from conftest import PLANTED, cpu_source_kernel, make_spec, python_kernel
 
-from workers.contract import FailureReason
-from workers.sandbox import compile_trial, execute_trial
+from wire.contract import FailureReason
+from workers.sandbox.stages import compile_trial, execute_trial
 
 
 def test_segfault_is_a_crash_named_by_its_signal(cache):

@@ -12,9 +12,9 @@ import pytest
 from conftest import GOOD_MATMUL, cpu_source_kernel, make_spec
 from helpers import wait_for
 
+from wire.contract import MeasureSettings
 from workers.cache import ArtifactCache
-from workers.contract import MeasureSettings
-from workers.sandbox import execute_trial
+from workers.sandbox.stages import execute_trial
 
 FAST_MEASURE = {"warmup_s": 0.01, "min_repeats": 10, "max_repeats": 200, "target_s": 0.05}
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workers import toolchains
+from wire.targets import release_of
+from workers.compilers import toolchains
 
 
 def fake_toolchain(root: Path, version: str) -> Path:
@@ -24,7 +25,7 @@ def test_versions_from_ptxas_output() -> None:
     assert toolchains.parse_ptxas_version("Cuda compilation tools, release 13.3, V13.3.73") == "13.3.73"
     assert toolchains.parse_ptxas_version("release 12.8") == "12.8"
     assert toolchains.parse_ptxas_version("nothing") is None
-    assert toolchains.release_of("13.3.73") == "13.3"
+    assert release_of("13.3.73") == "13.3"
 
 
 def test_found_by_version_release_or_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,18 +10,18 @@ import pytest
 from conftest import FAST, make_spec
 from worker_plane import Plane, PlaneServer
 
-from service.domain.validation import compare_reports
-from workers.agent import AgentConfig, run_agent
-from workers.cache import ArtifactCache
-from workers.contract import (
+from service.artifacts.comparison import compare_reports
+from wire.contract import (
     FailureReason,
     KernelSpec,
     ValidationCandidate,
     ValidationSpec,
     WorkloadShape,
 )
-from workers.sandbox import execute_trial
-from workers.validation import compile_validation, execute_validation, run_validation
+from workers.agent.core import AgentConfig, run_agent
+from workers.cache import ArtifactCache
+from workers.sandbox.stages import execute_trial
+from workers.validation.job import compile_validation, execute_validation, run_validation
 
 # A row-blocked matmul. ROW_SHORTCUT=1 is a deliberate bug: rows past the first 64 are never
 # computed. Every trial check passes it (the workload is 64 rows, the backend's ragged edge

@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from workers.contract import KernelSpec, Lease, TrialSpec, ValidationCandidate, ValidationSpec, WorkloadShape
-from workers.kernels.cpu.problems import get_problem
+from wire.contract import KernelSpec, Lease, TrialSpec, ValidationCandidate, ValidationSpec, WorkloadShape
+from workers.backends.cpu_problems import get_problem
 from workers.measure.gpu_check import ShapeCheck, verdict
-from workers.validation_run import round_order, shape_results
-from workers.validation_shapes import ShapeRuleError, extended_shapes, half, ragged
+from workers.validation.run import round_order, shape_results
+from workers.validation.shapes import ShapeRuleError, extended_shapes, half, ragged
 
 
 def dims_of(kernel: KernelSpec) -> list[dict[str, int]]:
@@ -31,7 +31,7 @@ def _size(dims: dict[str, int]) -> int:
     [("cpu", "matmul"), ("cpu", "stencil"), ("triton", "gemm_bf16"), ("triton", "attention_fwd"), ("cuda", "rmsnorm")],
 )
 def test_builtin_shapes_follow_their_declared_rules(backend: str, name: str) -> None:
-    from workers.kernels import get_builtin
+    from wire.kernels import get_builtin
 
     builtin = get_builtin(backend, name)
     assert builtin is not None

@@ -11,11 +11,11 @@ import pytest
 from conftest import PLANTED, cpu_source_kernel, make_spec, process_alive, python_kernel
 from worker_plane import Plane, PlaneServer
 
-from workers.agent import Agent, AgentConfig, run_agent
+from wire.contract import FailureReason
+from workers.agent.core import Agent, AgentConfig, run_agent
 from workers.cli import parse_cpus
-from workers.contract import FailureReason
-from workers.runner import RunnerPool
-from workers.sandbox import child_env, compile_trial, execute_trial
+from workers.sandbox.runner import RunnerPool
+from workers.sandbox.stages import child_env, compile_trial, execute_trial
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from workers.contract import Lease, TrialResult, TrialSpec, ValidationReport, ValidationSpec
+from wire.contract import Lease, TrialResult, TrialSpec, ValidationReport, ValidationSpec
 
 Work = TrialSpec | ValidationSpec
 

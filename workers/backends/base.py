@@ -13,17 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.contract import FailureReason, KernelSpec, Metric
-
-
-class TrialFailure(Exception):
-    """Raised by a backend to fail the trial with a reason and a log excerpt."""
-
-    def __init__(self, reason: FailureReason, message: str, log: str = "") -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.log = log
+from wire.contract import KernelSpec, Metric
 
 
 @dataclass
@@ -66,7 +56,7 @@ class Backend(ABC):
     def compile(self, kernel: KernelSpec, config: dict[str, Any], workdir: Path,
                 compile_only: bool = False) -> CompiledKernel:
         """Build the kernel under `config` into `workdir`; raise TrialFailure(COMPILE_ERROR).
-        `compile_only`: the trial's objectives are compile metrics (workers.contract
+        `compile_only`: the trial's objectives are compile metrics (wire.contract
         COMPILE_METRICS): build for the kernel's target without a device and put them in
         the report's `metrics` (backends that cannot ignore it: the service sends such
         trials only to backends that can)."""

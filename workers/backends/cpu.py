@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import subprocess
@@ -32,16 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
-from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
+from wire.contract import FailureReason, KernelSpec, MeasureSettings, Metric
+from wire.failures import TrialFailure
+from wire.kernels import get_builtin
+from wire.options import cpu_flags as flags_for
+from workers.backends.base import Backend, CheckOutcome, CompiledKernel
+from workers.backends.cpu_problems import Case, Problem, get_problem
 from workers.fingerprint import cpu_model
-from workers.kernels import get_builtin
-from workers.kernels.cpu.problems import Case, Problem, get_problem
 from workers.measure import rapl, timing
 from workers.measure.stats import summarize
 
-_OPT_LEVELS = {"-O0", "-O1", "-O2", "-O3", "-Os", "-Ofast"}
-_MACRO = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _BASE_FLAGS = ["-shared", "-fPIC", "-std=gnu11"]
 SUPPORTED_OBJECTIVES = (
     "runtime_ms",
@@ -52,44 +51,6 @@ SUPPORTED_OBJECTIVES = (
     "power_w",
     "gflops",
 )
-
-
-def flags_for(config: dict[str, Any]) -> list[str]:
-    """Compiler flags for a configuration; TrialFailure(ERROR) names an unknown key."""
-    flags: list[str] = []
-    for key in sorted(config):
-        value = config[key]
-        if key == "opt":
-            level = value if str(value).startswith("-") else f"-{value}"
-            if level not in _OPT_LEVELS:
-                raise _config_error(f"opt={value!r} is not one of {sorted(_OPT_LEVELS)}")
-            flags.append(level)
-        elif key == "march_native":
-            flags += ["-march=native", "-mtune=native"] if value else []
-        elif key == "unroll":
-            flags.append("-funroll-loops" if value else "-fno-unroll-loops")
-        elif key == "vectorize":
-            flags.append("-ftree-vectorize" if value else "-fno-tree-vectorize")
-        elif key == "fast_math":
-            flags += ["-ffast-math"] if value else []
-        elif key == "inline_limit":
-            flags.append(f"-finline-limit={int(value)}")
-        elif key == "cflags":
-            flags += shlex.split(str(value))
-        elif _MACRO.match(key):
-            macro = int(value) if isinstance(value, bool) else value
-            flags.append(f"-D{key}={macro}")
-        else:
-            raise _config_error(
-                f"unknown configuration key {key!r} for the cpu backend; known: opt, "
-                "march_native, unroll, vectorize, fast_math, inline_limit, cflags, and "
-                "UPPER_CASE kernel macros"
-            )
-    return flags
-
-
-def _config_error(message: str) -> TrialFailure:
-    return TrialFailure(FailureReason.ERROR, message)
 
 
 def resolve(kernel: KernelSpec) -> tuple[str, str, Problem, dict[str, Any]]:

@@ -22,10 +22,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from workers import controls, ptxas, toolchains
-from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
-from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
-from workers.kernels.gpu.loader import (
+from wire.contract import FailureReason, KernelSpec, MeasureSettings, Metric
+from wire.failures import TrialFailure
+from wire.kernels.resources import ResourceUse
+from wire.options import CUDA_PROGRAM_OPTIONS, macro_value, split_config
+from workers.backends.base import Backend, CheckOutcome, CompiledKernel
+from workers.backends.gpu_loader import (
     GpuKernel,
     load_harness,
     refuse_compiled,
@@ -34,7 +36,7 @@ from workers.kernels.gpu.loader import (
     resolve,
     shape_key,
 )
-from workers.kernels.resources import ResourceUse
+from workers.compilers import controls, ptxas, toolchains
 from workers.measure.gpu_energy import nvml_energy_readable
 from workers.measure.gpu_limits import local_device_limits
 from workers.measure.gpu_toolchain import (
@@ -42,24 +44,9 @@ from workers.measure.gpu_toolchain import (
     format_version,
     package_version,
     parse_ptxas_report,
-    split_config,
     supports_acf,
 )
 
-PROGRAM_OPTIONS = frozenset(
-    {
-        "use_fast_math",
-        "fma",
-        "ftz",
-        "prec_div",
-        "prec_sqrt",
-        "extra_device_vectorization",
-        "max_register_count",
-        "restrict",
-        "ptxas_options",
-        "acf",
-    }
-)
 HARNESS = ("DTYPE", "make_inputs", "arguments", "launch_geometry", "output", "reference", "macros")
 DEFAULT_ARCH = "sm_90"
 
@@ -92,15 +79,9 @@ def nvrtc_version() -> tuple[int, int] | None:
         return None
 
 
-def macro_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
-
-
 def program_settings(config: dict[str, Any], acf_flags: list[str]) -> dict[str, Any]:
     """Keyword arguments of ProgramOptions from a configuration's compiler keys (pure)."""
-    options, _ = split_config(config, PROGRAM_OPTIONS)
+    options, _ = split_config(config, CUDA_PROGRAM_OPTIONS)
     options.pop("acf", None)
     ptxas = str(options.pop("ptxas_options", "") or "").split()
     if not options.get("max_register_count"):
@@ -110,7 +91,7 @@ def program_settings(config: dict[str, Any], acf_flags: list[str]) -> dict[str, 
 
 
 def variant_macros(harness: ModuleType, dims: dict[str, int], config: dict[str, Any]) -> dict[str, str]:
-    _, params = split_config(config, PROGRAM_OPTIONS)
+    _, params = split_config(config, CUDA_PROGRAM_OPTIONS)
     try:
         shape_macros = harness.macros(dims, params)
     except ValueError as exc:
@@ -348,7 +329,7 @@ class CudaBackend(Backend):
         inputs: dict[str, Any],
     ) -> Any:
         core = _core()
-        _, params = split_config(config, PROGRAM_OPTIONS)
+        _, params = split_config(config, CUDA_PROGRAM_OPTIONS)
         grid, block, shared = harness.launch_geometry(dims, params)
         launch_config = core.LaunchConfig(grid=grid, block=block, shmem_size=shared)
         args = harness.arguments(inputs, dims, params)
@@ -460,7 +441,7 @@ def _refuse_loaded(handle: Any, harness: ModuleType, config: dict[str, Any], dim
     attributes = _attributes(handle)
     if "error" in attributes:
         return
-    _, params = split_config(config, PROGRAM_OPTIONS)
+    _, params = split_config(config, CUDA_PROGRAM_OPTIONS)
     try:
         _, block, dynamic = harness.launch_geometry(dims, params)
     except ValueError as exc:

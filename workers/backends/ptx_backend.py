@@ -12,33 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import time
 from pathlib import Path
 from typing import Any
 
-from workers import controls, ptxas, toolchains
-from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
-from workers.contract import FailureReason, KernelSpec, Metric
+from wire.contract import FailureReason, KernelSpec, Metric
+from wire.failures import TrialFailure
+from wire.options import ptxas_flags
+from workers.backends.base import Backend, CheckOutcome, CompiledKernel
+from workers.compilers import controls, ptxas, toolchains
 
 REPORT_FILE = "ptx-report.json"
 SOURCE_FILE = "kernel.ptx"
-_FLAGS = {"maxrregcount": "--maxrregcount", "opt_level": "--opt-level"}
-
-
-def ptxas_flags(config: dict[str, Any]) -> list[str]:
-    """ptxas flags of a configuration's kernel parameters (its controls parameters aside)."""
-    flags: list[str] = []
-    for key in sorted(config):
-        value = config[key]
-        if key == "ptxas_options":
-            flags += shlex.split(str(value or ""))
-        elif key in _FLAGS:
-            flags += [] if value in (None, 0, "") else [f"{_FLAGS[key]}={int(value)}"]
-        else:
-            raise TrialFailure(FailureReason.ERROR, f"unknown configuration key {key!r} for the ptx backend; "
-                               "it takes ptxas_options, maxrregcount, opt_level and compiler controls parameters")
-    return flags
 
 
 class PtxBackend(Backend):

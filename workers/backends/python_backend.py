@@ -27,11 +27,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
-from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
-from workers.isolation_limits import current, explain_exception
-from workers.kernels import get_builtin
+from wire.contract import FailureReason, KernelSpec, MeasureSettings, Metric
+from wire.failures import TrialFailure
+from wire.kernels import get_builtin
+from workers.backends.base import Backend, CheckOutcome, CompiledKernel
 from workers.measure.stats import summarize
+from workers.sandbox.limits import current, explain_exception
 
 PYTHON_PATHS_ENV = "PARETUNE_PYTHON_PATHS"
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

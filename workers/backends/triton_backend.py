@@ -12,7 +12,7 @@ A compile-only trial (its objectives are compile metrics) needs no GPU: the kern
 to PTX for the study's target (the harness's `compile_arguments(dims)` gives the runtime
 arguments' types and values, specialised as Triton's launcher specialises them) and the
 worker's ptxas assembles it with the configuration's ptxas options and ACF, reporting what
-it used (workers.ptxas).
+it used (workers.compilers.ptxas).
 
 `compile` warms Triton's own on-disk cache (TRITON_CACHE_DIR, by default ~/.triton/cache) for
 every workload shape through the same JIT path and specialisation the launches use, so that
@@ -35,10 +35,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from workers import controls, ptxas, toolchains
-from workers.backends.base import Backend, CheckOutcome, CompiledKernel, TrialFailure
-from workers.contract import FailureReason, KernelSpec, MeasureSettings, Metric
-from workers.kernels.gpu.loader import (
+from wire.contract import FailureReason, KernelSpec, MeasureSettings, Metric
+from wire.failures import TrialFailure
+from wire.kernels.resources import ResourceUse
+from wire.options import TRITON_COMPILE_OPTIONS, split_config
+from workers.backends.base import Backend, CheckOutcome, CompiledKernel
+from workers.backends.gpu_loader import (
     GpuKernel,
     load_module,
     refuse_compiled,
@@ -47,7 +49,7 @@ from workers.kernels.gpu.loader import (
     resolve,
     shape_key,
 )
-from workers.kernels.resources import ResourceUse
+from workers.compilers import controls, ptxas, toolchains
 from workers.measure.gpu_energy import nvml_energy_readable
 from workers.measure.gpu_limits import local_device_limits
 from workers.measure.gpu_toolchain import (
@@ -55,14 +57,10 @@ from workers.measure.gpu_toolchain import (
     format_version,
     package_version,
     ptxas_version_of,
-    split_config,
     supports_acf,
 )
 from workers.runtime.apply import triton_ptxas_version
 
-COMPILE_OPTIONS = frozenset(
-    {"num_warps", "num_stages", "maxnreg", "num_ctas", "enable_fp_fusion", "ptx_options", "acf"}
-)
 HARNESS = ("DTYPE", "make_inputs", "arguments", "grid", "output", "reference")
 COMPILE_HARNESS = ("compile_arguments",)  # what a compile-only trial needs of the harness
 REPORT_FILE = "triton-report.json"
@@ -83,7 +81,7 @@ def ptxas_label() -> str:
 
 def compile_options(config: dict[str, Any], acf_flags: list[str]) -> dict[str, Any]:
     """Triton's launch-time compile options from a configuration (pure)."""
-    options, _ = split_config(config, COMPILE_OPTIONS)
+    options, _ = split_config(config, TRITON_COMPILE_OPTIONS)
     options.pop("acf", None)
     if not options.get("maxnreg"):
         options.pop("maxnreg", None)
@@ -95,7 +93,7 @@ def compile_options(config: dict[str, Any], acf_flags: list[str]) -> dict[str, A
 
 def meta_parameters(kernel: GpuKernel, module: ModuleType | None, dims: dict[str, int]) -> dict:
     """The constexpr arguments of one launch: fixed, shape-dependent, then tuned (pure)."""
-    _, tuned = split_config(kernel.config, COMPILE_OPTIONS)
+    _, tuned = split_config(kernel.config, TRITON_COMPILE_OPTIONS)
     shape_constants = module.constants(dims) if module is not None and hasattr(module, "constants") else {}
     return {**kernel.options.get("constants", {}), **shape_constants, **tuned}
 

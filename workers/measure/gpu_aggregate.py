@@ -24,7 +24,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from workers.contract import Metric
+from wire.contract import Metric
 from workers.measure.gpu_energy import EnergyWindow, energy_per_call_mj
 from workers.measure.stats import summarize
 

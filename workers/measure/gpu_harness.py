@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workers.contract import MeasureSettings, Metric
+from wire.contract import MeasureSettings, Metric
 from workers.measure.gpu_aggregate import (
     COLD_OBJECTIVES,
     GPU_OBJECTIVES,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from workers.contract import DeviceLimits
-from workers.kernels.resources import limits_for
+from wire.contract import DeviceLimits
+from wire.kernels.resources import limits_for
 
 
 def limits_from_properties(major: int, minor: int, properties: Any) -> DeviceLimits | None:

@@ -14,11 +14,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from workers.backends.base import TrialFailure
-from workers.contract import FailureReason
+from wire.contract import FailureReason
+from wire.failures import TrialFailure
+from wire.options import NO_ACF
 
 ACF_MIN_PTXAS = (13, 3)
-NO_ACF = ("", "none", None)
 
 _RELEASE = re.compile(r"release\s+(\d+)\.(\d+)")
 _VERSION = re.compile(r"\bV(\d+)\.(\d+)")
@@ -111,10 +111,3 @@ def parse_ptxas_report(text: str) -> dict[str, int]:
     return report
 
 
-def split_config(
-    config: dict[str, Any], option_names: frozenset[str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(compiler options, kernel parameters) of a configuration."""
-    options = {k: v for k, v in config.items() if k in option_names}
-    params = {k: v for k, v in config.items() if k not in option_names}
-    return options, params

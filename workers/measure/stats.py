@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from workers.contract import Metric
+from wire.contract import Metric
 
 _EXACT_LIMIT = 1000  # above this many samples the binomial tail is summed in log space
 

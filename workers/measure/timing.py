@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.contract import MeasureSettings
+from wire.contract import MeasureSettings
 from workers.measure.rapl import EnergyMeter
 
 MIN_BATCH_S = 100e-6  # time a batch of calls at least this long, so timer overhead vanishes

@@ -4,9 +4,9 @@ machine. Needs neither the service nor the network; triton, torch and pynvml onl
 present. See docs/artifacts.md.
 """
 
+from wire.targets import Match, select
 from workers.runtime.bundle import EmbeddedKeyWarning, LoadedArtifact, read_artifacts, write_bundle, write_tar_bundle
 from workers.runtime.detect import detect_target, parse_toolchain
-from workers.runtime.match import Match, select
 from workers.runtime.store import ArtifactFallbackWarning, ArtifactStore, ArtifactToolchainWarning, Selection
 
 __all__ = [

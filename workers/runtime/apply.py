@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from workers.artifact_doc import ACF_PLACEHOLDER, AcfFile, Controls
+from wire.artifact import ACF_PLACEHOLDER, AcfFile, Controls
 
 TRITON_CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -69,7 +69,7 @@ def flags_for(controls: Controls, tool: str, acf_dir: Path | None = None,
 
 def triton_ptxas_version() -> str | None:
     """The exact version of the ptxas Triton compiles with here (TRITON_PTXAS_PATH, else its own)."""
-    from workers import toolchains
+    from workers.compilers import toolchains
 
     path = toolchains.triton_ptxas_path()
     return toolchains.ptxas_version(path) if path and Path(path).is_file() else None

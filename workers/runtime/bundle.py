@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workers import canonical_json
-from workers.artifact_doc import (
+from wire import canonical_json
+from wire.artifact import (
     ArtifactDocument,
     ArtifactVerificationError,
     SignedArtifact,

@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import platform
-import re
 import shutil
 import subprocess
 from typing import Any
 
-from workers.contract import KernelSpec, Target
+from wire.contract import KernelSpec, Target
+from wire.targets import parse_toolchain  # noqa: F401  (re-exported by workers.runtime)
 from workers.measure.gpu_toolchain import format_version, package_version
 
 GPU_BACKENDS = ("triton", "cuda")
@@ -43,7 +43,7 @@ def detect_target(backend: str) -> Target:
 def compile_target(kernel: KernelSpec) -> Target:
     """The target of a compile-only build: the compute capability it was built for and the
     toolchain that built it (no GPU, no driver)."""
-    from workers import toolchains
+    from workers.compilers import toolchains
 
     toolchain = toolchains.selected()
     capability = kernel.options.get("compute_capability")
@@ -124,16 +124,3 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def parse_toolchain(text: str) -> dict[str, str]:
-    """A toolchain as a user writes it: "triton=3.4.0,ptxas=13.0,driver=570.133.20"."""
-    fields = dict.fromkeys(Target.TOOLCHAIN_FIELDS)
-    result: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in re.split(r"[,;]", text or ""))):
-        name, equals, value = part.partition("=")
-        name = name.strip()
-        if not equals or name not in fields or not value.strip():
-            raise ValueError(
-                f"toolchain item {part!r}: write name=version with name one of {', '.join(Target.TOOLCHAIN_FIELDS)}"
-            )
-        result[name] = value.strip()
-    return result

@@ -6,7 +6,7 @@ or the network at run time.
     flags = store.flags("rmsnorm", "nvcc", default=["-O3"])
 
 Loading verifies every artifact (sha256 and signature). Asking for a kernel picks the
-artifact whose target matches this machine (workers.runtime.match); when none does, the
+artifact whose target matches this machine (wire.targets); when none does, the
 kernel's default is returned with one warning per kernel (ArtifactFallbackWarning), and a
 nearest match on another toolchain comes with one warning too (ArtifactToolchainWarning).
 """
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from workers.artifact_doc import ArtifactDocument, Controls, TrustedKeys
-from workers.contract import Target
+from wire.artifact import ArtifactDocument, Controls, TrustedKeys
+from wire.contract import Target
+from wire.targets import Match, select
 from workers.runtime.apply import flags_for, triton_config, triton_config_arguments, triton_launch_options
 from workers.runtime.bundle import LoadedArtifact, read_artifacts
 from workers.runtime.detect import detect_target
-from workers.runtime.match import Match, select
 
 T = TypeVar("T")
 

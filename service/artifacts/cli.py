@@ -1,0 +1,288 @@
+"""`paretune artifact verify|flags|pull|bundle`: approved configurations from a build script.
+
+Works on a worker-only install (`pip install paretune`, no service extras): it imports the
+artifact format and runtime from the workers package and talks HTTP with httpx.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+from wire.artifact import (
+    ArtifactDocument,
+    ArtifactVerificationError,
+    SignedArtifact,
+    check_integrity,
+    load_public_keys,
+    verify_envelope,
+)
+
+artifact_app = typer.Typer(help="Verify, inspect and fetch approved configuration artifacts.", no_args_is_help=True)
+
+PublicKeyOpt = Annotated[
+    Path | None,
+    typer.Option("--public-key", envvar="PARETUNE_PUBLIC_KEY", help="trusted public key (PEM file)"),
+]
+ServerOpt = Annotated[
+    str | None, typer.Option("--server", help="fetch the trusted key from this service (GET /v1/artifacts/public-key)")
+]
+TokenOpt = Annotated[str, typer.Option(envvar="PARETUNE_TOKEN", help="API token")]
+TOOLS = ("nvcc", "nvrtc", "ptxas", "cc")
+DEFAULT_TOOL = {"cuda": "nvcc", "triton": "ptxas", "cpu": "cc"}
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _get(server: str, path: str, token: str = "", **params: str) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.get(server.rstrip("/") + path, params=params, headers=headers, timeout=60)
+    except httpx.HTTPError as exc:
+        _fail(f"cannot reach {server}: {exc}")
+    if response.status_code >= 400:
+        _fail(error_message(response))
+    return response
+
+
+def error_message(response: httpx.Response) -> str:
+    """The API's error body as one line: the status, the message and the field it names."""
+    try:
+        error = response.json()["error"]
+        where = f" (field {error['field']})" if error.get("field") else ""
+        return f"{response.status_code} {error['message']}{where}"
+    except (ValueError, KeyError, TypeError):
+        return f"{response.status_code} {response.text[:500]}"
+
+
+def trusted_keys(public_key: Path | None, server: str | None, token: str = "") -> dict[str, Any] | None:
+    """The keys to verify with: a PEM file, or the service's key fetched from it."""
+    try:
+        if public_key is not None:
+            return load_public_keys(public_key)
+        if server:
+            return load_public_keys(_get(server, "/v1/artifacts/public-key", token).content)
+    except ValueError as exc:
+        _fail(str(exc))
+    return None
+
+
+def _verified(file: Path, keys: dict[str, Any]) -> SignedArtifact:
+    try:
+        return verify_envelope(file, keys)
+    except ArtifactVerificationError as exc:
+        _fail(f"{file}: verification failed ({exc.reason.value}): {exc.message}", code=2)
+        raise  # unreachable: _fail exits
+
+
+def _checked(file: Path, keys: dict[str, Any] | None) -> SignedArtifact:
+    """Verified with `keys`; without keys only the sha256 and the file's form are checked,
+    which catches damage but not forgery (said on stderr)."""
+    if keys is not None:
+        return _verified(file, keys)
+    try:
+        signed = check_integrity(file)
+    except ArtifactVerificationError as exc:
+        _fail(f"{file}: verification failed ({exc.reason.value}): {exc.message}", code=2)
+        raise
+    typer.echo("note: signature not checked (pass --public-key or --server); sha256 verified", err=True)
+    return signed
+
+
+def summary(doc: ArtifactDocument) -> str:
+    device = ", ".join(f"{k} {v}" for k, v in doc.target.device().items() if v)
+    toolchain = ", ".join(f"{k} {v}" for k, v in doc.target.toolchain().items())
+    gains = ", ".join(
+        f"{m.objective} x{m.gain:.3f}{'' if m.significant else ' (not significant)'}"
+        for m in doc.metrics
+        if m.gain is not None
+    )
+    return (
+        f"{doc.kernel.name} ({doc.kernel.backend}) v{doc.version} for {device or 'any device'}"
+        f" [{toolchain or 'no toolchain recorded'}]; approved by {doc.provenance.approved_by} "
+        f"at {doc.provenance.approved_at.isoformat()}" + (f"; gains {gains}" if gains else "")
+    )
+
+
+@artifact_app.command("verify")
+def verify(
+    file: Annotated[Path, typer.Argument(help="the signed artifact file")],
+    public_key: PublicKeyOpt = None,
+    server: ServerOpt = None,
+    token: TokenOpt = "",
+    show: Annotated[bool, typer.Option(help="print the verified document as JSON")] = False,
+) -> None:
+    """Check an artifact's sha256 and signature offline; exit status 2 when it fails."""
+    keys = trusted_keys(public_key, server, token)
+    if keys is None:
+        _fail("pass --public-key FILE (the service's key) or --server URL to fetch it")
+    assert keys is not None
+    signed = _verified(file, keys)
+    if show:
+        typer.echo(json.dumps(signed.document.model_dump(mode="json"), indent=2))
+        return
+    typer.echo(f"OK {file}: sha256 {signed.sha256}, signed by key {signed.signature.key_id}")
+    typer.echo(summary(signed.document))
+
+
+@artifact_app.command("flags")
+def flags(
+    file: Annotated[Path, typer.Argument(help="the signed artifact file")],
+    tool: Annotated[str | None, typer.Option(help=f"one of {', '.join(TOOLS)} (default: by backend)")] = None,
+    output_format: Annotated[str, typer.Option("--format", help="line or json")] = "line",
+    acf_dir: Annotated[
+        Path | None, typer.Option(help="where to write a carried ACF file (default: next to FILE)")
+    ] = None,
+    ptxas: Annotated[
+        Path | None, typer.Option(help="the ptxas that applies a carried ACF (default: the installed toolchain's, "
+                                  "else ptxas on PATH): it must be of the release the ACF is bound to")
+    ] = None,
+    public_key: PublicKeyOpt = None,
+    server: ServerOpt = None,
+    token: TokenOpt = "",
+) -> None:
+    """The compiler flags an artifact stands for, one line ready for a build script. A carried
+    ACF is written beside it and named in the flags only for a ptxas of the release it is
+    bound to; another release's is refused (exit status 3), naming both."""
+    from workers.runtime.apply import ControlsRefused, flags_for, write_acf
+
+    if output_format not in ("line", "json"):
+        _fail(f"--format must be line or json, not {output_format!r}")
+    if tool is not None and tool not in TOOLS:
+        _fail(f"--tool must be one of {', '.join(TOOLS)}, not {tool!r}")
+    doc = _checked(file, trusted_keys(public_key, server, token)).document
+    controls = doc.controls
+    directory = acf_dir or file.resolve().parent
+    chosen = tool or DEFAULT_TOOL.get(doc.kernel.backend, "nvcc")
+    version = _ptxas_version(ptxas) if controls.acf is not None else None
+    try:
+        flags_of = {name: flags_for(controls, name, directory, version) for name in {chosen, *controls.flags}}
+    except ControlsRefused as exc:
+        _fail(f"refused: {exc}", code=3)
+    if output_format == "line":
+        typer.echo(shlex.join(flags_of[chosen]))
+        return
+    acf = None
+    if controls.acf is not None:
+        acf = {
+            "name": controls.acf.name,
+            "sha256": controls.acf.sha256,
+            "path": str(write_acf(controls.acf, directory)),
+            "compiler": controls.acf.compiler,
+            "compiler_version": controls.acf.compiler_version,
+            "measured_with": controls.acf.measured_with,
+            "applied_with": version,
+            "notice": controls.acf.notice,
+        }
+    body = {
+        "kernel": doc.kernel.name,
+        "version": doc.version,
+        "backend": doc.kernel.backend,
+        "flags": {name: flags_of[name] for name in controls.flags},
+        "defines": controls.meta_parameters if doc.kernel.backend != "triton" else {},
+        "meta_parameters": controls.meta_parameters,
+        "triton_options": controls.triton_options,
+        "arch": controls.arch,
+        "acf": acf,
+    }
+    typer.echo(json.dumps(body, indent=2))
+
+
+def _ptxas_version(path: Path | None) -> str | None:
+    """The exact version of the ptxas that would apply an ACF: `path`, else the installed
+    toolchain's, else the one on PATH; None when there is none."""
+    import shutil
+
+    from workers.compilers import toolchains
+
+    if path is None:
+        selected = toolchains.selected()
+        if selected is not None:
+            return selected.version
+        found = shutil.which("ptxas")
+        path = Path(found) if found else None
+    return toolchains.ptxas_version(str(path)) if path is not None else None
+
+
+@artifact_app.command("pull")
+def pull(
+    kernel: Annotated[str, typer.Argument(help="the kernel's name")],
+    gpu: Annotated[str, typer.Option(help='GPU model, e.g. "NVIDIA H200" (or the CPU model for cpu kernels)')],
+    output: Annotated[Path, typer.Option("-o", "--output", help="where to write the signed file")],
+    toolchain: Annotated[str, typer.Option(help='versions to match, e.g. "triton=3.4.0,ptxas=13.0"')] = "",
+    compute_capability: Annotated[str | None, typer.Option(help='e.g. "9.0"')] = None,
+    server: Annotated[str, typer.Option(envvar="PARETUNE_SERVER", help="control plane URL")] = "http://127.0.0.1:8000",
+    token: TokenOpt = "",
+    public_key: PublicKeyOpt = None,
+) -> None:
+    """Fetch the current approved artifact of KERNEL for a GPU and toolchain
+    (GET /v1/artifacts/resolve), verify it and write it to -o."""
+    from wire.targets import parse_toolchain
+
+    try:
+        parse_toolchain(toolchain)
+    except ValueError as exc:
+        _fail(f"--toolchain: {exc}")
+    params = {"kernel": kernel, "gpu": gpu, "toolchain": toolchain}
+    if compute_capability:
+        params["compute_capability"] = compute_capability
+    answer = _get(server, "/v1/artifacts/resolve", token, **params).json()
+    data = str(answer["file"]).encode("utf-8")
+    keys = trusted_keys(public_key, None if public_key else server, token)
+    assert keys is not None
+    with tempfile.NamedTemporaryFile(dir=output.resolve().parent, delete=False, suffix=".part") as part:
+        part.write(data)
+    try:
+        signed = _verified(Path(part.name), keys)
+        os.replace(part.name, output)
+    finally:
+        if os.path.exists(part.name):
+            os.unlink(part.name)
+    match = answer.get("match") or {}
+    how = "exact match" if match.get("exact") else "nearest match: " + json.dumps(match.get("differences", {}))
+    typer.echo(f"wrote {output}: {summary(signed.document)} ({how})")
+    if answer.get("stale"):
+        typer.echo("warning: the service marks this artifact stale (the fleet's toolchain changed)", err=True)
+
+
+@artifact_app.command("bundle")
+def bundle(
+    files: Annotated[list[Path], typer.Argument(help="signed artifact files")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="the bundle to write (.json or .tar)")],
+    public_key: PublicKeyOpt = None,
+    server: ServerOpt = None,
+    token: TokenOpt = "",
+    embed_key: Annotated[bool, typer.Option(help="carry the trusted key in the bundle")] = True,
+) -> None:
+    """Verify artifacts and put them in one bundle file for the runtime module."""
+    from workers.runtime.bundle import write_bundle, write_tar_bundle
+
+    keys = trusted_keys(public_key, server, token)
+    if keys is None:
+        _fail("pass --public-key FILE or --server URL: a bundle holds verified artifacts only")
+    assert keys is not None
+    contents = []
+    for file in files:
+        _verified(file, keys)
+        contents.append((file.name, file.read_bytes()))
+    pem = None
+    if embed_key:
+        pem = (
+            public_key.read_text() if public_key else _get(str(server), "/v1/artifacts/public-key", token).json()["pem"]
+        )
+    if output.suffix == ".tar":
+        output.write_bytes(write_tar_bundle(contents, pem))
+    else:
+        output.write_bytes(write_bundle((data for _, data in contents), pem))
+    typer.echo(f"wrote {output}: {len(contents)} artifacts{' and the public key' if pem else ''}")
+

@@ -1,0 +1,331 @@
+"""The study document: what a platform team sends to start a tuning study.
+
+Validation lives here so that every mistake is reported with the field that holds it and
+what is allowed there (the API turns these into 422 responses). Every field is bounded in
+size, count and depth, so that no document can make the service materialise something
+large: limits are listed in docs/api.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from service.studies.limits import MAX_DEPTH
+from service.studies.space import (
+    MAX_GRID_POINTS,
+    MAX_PARAMETERS,
+    MAX_STRING,
+    NAME_RE,
+    Parameter,
+    Scalar,
+    SearchSpace,
+    StrictModel,
+    param_default,
+    value_problem,
+)
+from wire.contract import COMPILE_METRICS, MeasureSettings, SandboxLimits, WorkloadShape
+
+# name -> (default direction, unit, meaning)
+KNOWN_OBJECTIVES: dict[str, tuple[str, str, str]] = {
+    "runtime_ms": ("minimize", "ms", "hot time per call (back-to-back calls)"),
+    "latency_ms": ("minimize", "ms", "median cold per-call latency"),
+    "p99_ms": ("minimize", "ms", "99th percentile of cold per-call latency"),
+    "energy_mj": ("minimize", "mJ", "energy per call in the hot window"),
+    "power_w": ("minimize", "W", "average power in the hot window"),
+    **{name: ("minimize", unit, meaning) for name, (unit, meaning) in COMPILE_METRICS.items()},
+}
+ENERGY_OBJECTIVES = {"energy_mj", "power_w"}
+BACKENDS = ("cpu", "python", "triton", "cuda", "ptx")
+COMPILE_ONLY_BACKENDS = ("triton", "ptx")  # backends that build for a target without running
+SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "grid", "compileiq")
+MAX_PARALLELISM = 1_000
+MAX_OPTION_KEYS = 64
+MAX_WALL_TIME_S = 90 * 86_400.0
+# infeasible proposals in a row after which a study fails: a sampler that has proposed this
+# many configurations that cannot launch, one after another, is not finding the rest
+DEFAULT_INFEASIBLE_IN_A_ROW = 50
+
+ShortText = Annotated[str, Field(max_length=MAX_STRING)]
+MAX_WARM_STUDIES = 20
+MAX_WARM_CONFIGS = 100
+
+
+def requires_gpu(backend: str, document: dict[str, Any]) -> bool:
+    """Whether a study's trials need a GPU: a GPU backend's, unless the study is compile-only."""
+    return backend in ("triton", "cuda") and not document.get("compile_only", False)
+
+
+class Objective(StrictModel):
+    name: ShortText
+    direction: Literal["minimize", "maximize"] | None = None
+
+
+class Constraint(StrictModel):
+    metric: ShortText
+    op: Literal["<=", ">="]
+    value: float
+
+
+class Kernel(StrictModel):
+    backend: str
+    builtin: str | None = Field(default=None, max_length=100)
+    source: str | None = Field(default=None, max_length=500_000)
+    entry: str | None = Field(default=None, max_length=200)
+    workload: list[WorkloadShape] = Field(default_factory=list, max_length=1000)
+    options: dict[ShortText, Any] = Field(default_factory=dict, max_length=MAX_OPTION_KEYS)
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, value: str) -> str:
+        if value not in BACKENDS:
+            raise ValueError(f"unknown backend {value!r}; use one of {', '.join(BACKENDS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _what(self) -> Kernel:
+        if bool(self.builtin) == bool(self.source):
+            raise ValueError("name exactly one of builtin (a built-in kernel) or source")
+        return self
+
+
+class WarmStart(StrictModel):
+    """Configurations measured right after the baseline, before the sampler proposes: the
+    front of earlier studies of the same kernel (other shapes, an older toolchain), best
+    first, and configurations given here. A parameter a configuration leaves out takes the
+    baseline's value."""
+
+    studies: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(default_factory=list,
+                                                                    max_length=MAX_WARM_STUDIES)
+    trials: int = Field(default=4, ge=0, le=MAX_WARM_CONFIGS)  # at most this many from `studies`
+    configs: list[dict[ShortText, Scalar]] = Field(default_factory=list, max_length=MAX_WARM_CONFIGS)
+
+
+class Sampler(StrictModel):
+    name: str = "auto"
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+    options: dict[ShortText, Scalar] = Field(default_factory=dict, max_length=MAX_OPTION_KEYS)
+    # numeric categorical choices shown to the sampler in ascending order (SearchSpace.sampler_view);
+    # when left out: as `auto` chooses (samplers.AUTO_*), false for a named sampler
+    ordered_choices: bool | None = None
+    warm_start: WarmStart | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value not in (*SAMPLERS, "auto"):
+            raise ValueError(f"unknown sampler {value!r}; use one of {', '.join(SAMPLERS)}")
+        return value
+
+
+class Budget(StrictModel):
+    max_trials: int = Field(default=100, ge=1, le=1_000_000)
+    max_failed_trials: int | None = Field(default=None, ge=0, le=1_000_000)  # infeasible ones aside
+    wall_time_s: float | None = Field(default=None, gt=0, le=MAX_WALL_TIME_S)
+    # whether trials whose configuration cannot launch (failure reason infeasible) count
+    # against max_trials; either way the study fails past either cap below
+    count_infeasible: bool = False
+    max_infeasible: int | None = Field(default=None, ge=0, le=1_000_000)  # default: max_trials
+    max_infeasible_in_a_row: int = Field(default=DEFAULT_INFEASIBLE_IN_A_ROW, ge=1, le=1_000_000)
+
+
+class Target(StrictModel):
+    """The GPU the study tunes for, where the pool's workers do not say (or to override
+    them): a compute capability with known limits, or the limits themselves."""
+
+    compute_capability: str | None = Field(default=None, max_length=16)  # "9.0"
+    shared_memory_per_block: int | None = Field(default=None, ge=1, le=1 << 30)  # bytes, opt-in maximum
+    threads_per_block: int | None = Field(default=None, ge=1, le=1 << 20)
+    registers_per_block: int | None = Field(default=None, ge=1, le=1 << 30)
+    registers_per_thread: int | None = Field(default=None, ge=1, le=1 << 16)
+
+
+class Limits(StrictModel):
+    compile_timeout_s: float = Field(default=300, gt=0, le=86_400)
+    run_timeout_s: float = Field(default=600, gt=0, le=86_400)
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    # Lower resource limits for this study's trials; each worker caps them at its own.
+    sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
+
+
+class Screen(StrictModel):
+    """The screening stage: every trial is measured this way first (service.scheduling.screening)."""
+
+    hot_window_s: float = Field(default=0.2, gt=0, le=600)  # GPU hot window (runtime_ms)
+    warmup_s: float = Field(default=0.1, ge=0, le=600)  # at most the full stage's
+    target_s: float = Field(default=0.05, gt=0, le=3600)  # host-timed backends: time per sample set
+    cold_samples: int = Field(default=50, ge=1, le=100_000)  # cold samples per shape (latency_ms, p99_ms)
+    objectives: list[ShortText] | None = Field(default=None, max_length=16)  # default: see screening._screened
+
+
+class Promote(StrictModel):
+    """Which screened trials are measured fully (service.scheduling.screening)."""
+
+    margins: dict[ShortText, Annotated[float, Field(ge=0, le=10)]] = Field(default_factory=dict, max_length=16)
+    energy_runtime_ratio: float | None = Field(default=None, ge=1.0, le=1000)  # default: see screening
+
+
+class StudyMeasure(MeasureSettings):
+    """The full measurement's settings, and optionally a screening stage before it."""
+
+    screen: Screen | None = None
+    promote: Promote | None = None
+
+
+class StudyDocument(StrictModel):
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=10_000)
+    kernel: Kernel
+    space: list[Parameter] | None = Field(default=None, max_length=MAX_PARAMETERS)
+    baseline: dict[ShortText, Scalar] | None = Field(default=None, max_length=MAX_PARAMETERS)
+    objectives: list[Objective | ShortText] = Field(min_length=1, max_length=8)
+    constraints: list[Constraint] = Field(default_factory=list, max_length=32)
+    sampler: Sampler = Field(default_factory=Sampler)
+    budget: Budget = Field(default_factory=Budget)
+    parallelism: int = Field(default=4, ge=1, le=MAX_PARALLELISM)
+    pool: str = Field(default="default", min_length=1, max_length=100)
+    limits: Limits = Field(default_factory=Limits)
+    measure: StudyMeasure = Field(default_factory=StudyMeasure)
+    target: Target | None = None
+    reference_point: dict[ShortText, float] | None = Field(default=None, max_length=8)  # ratios to the baseline
+    # "catalog": the first trials after the baseline are the approved configurations of this
+    # kernel for the closest targets (service.artifacts.catalog.warm_start_configs)
+    warm_start: Literal["catalog"] | None = None
+
+    @field_validator("objectives", mode="after")
+    @classmethod
+    def _objectives(cls, value: list[Objective | str]) -> list[Objective | str]:
+        return [Objective(name=o) if isinstance(o, str) else o for o in value]
+
+    @field_validator("space", mode="after")
+    @classmethod
+    def _space(cls, value: list[Any] | None) -> list[Any] | None:
+        return None if value is None else SearchSpace.validate_parameters(value)
+
+
+class DocumentError(ValueError):
+    """A semantic error found after the schema check, with the field that holds it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def check_shape(raw: Any) -> None:
+    """Refuse what no schema check should have to walk into: nesting deeper than MAX_DEPTH,
+    NUL characters (which no database stores in text) and NaN or infinities (which JSON
+    cannot carry, anywhere: free-form fields included), naming where they are."""
+    stack: list[tuple[Any, str, int]] = [(raw, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise DocumentError(path or "body", f"the document is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise DocumentError(path or "body", "text must not contain NUL characters")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise DocumentError(path or "body", f"{value} is not a finite number; use a finite one")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and "\x00" in key:
+                    raise DocumentError(path or "body", "keys must not contain NUL characters")
+                stack.append((item, f"{path}.{key}" if path else str(key), depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}.{i}" if path else str(i), depth + 1) for i, item in enumerate(value))
+
+
+def resolve_objectives(doc: StudyDocument) -> list[dict[str, str]]:
+    """Objectives as [{"name", "direction"}]; unknown names are refused except for python
+    kernels, whose function returns metrics of its own naming."""
+    resolved = []
+    seen: set[str] = set()
+    for i, objective in enumerate(doc.objectives):
+        assert isinstance(objective, Objective)
+        name = objective.name
+        if name in seen:
+            raise DocumentError(f"objectives.{i}.name", f"objective {name!r} is listed twice")
+        seen.add(name)
+        known = KNOWN_OBJECTIVES.get(name)
+        if known is None and (doc.kernel.backend != "python" or not NAME_RE.match(name)):
+            raise DocumentError(
+                f"objectives.{i}.name",
+                f"unknown objective {name!r}; use one of {', '.join(KNOWN_OBJECTIVES)}"
+                " (python kernels may also name metrics their function returns)",
+            )
+        direction = objective.direction or (known[0] if known else "minimize")
+        resolved.append({"name": name, "direction": direction})
+    for i, constraint in enumerate(doc.constraints):
+        if constraint.metric not in KNOWN_OBJECTIVES and constraint.metric not in seen:
+            raise DocumentError(
+                f"constraints.{i}.metric",
+                f"unknown metric {constraint.metric!r}; use an objective of this study or one of "
+                f"{', '.join(KNOWN_OBJECTIVES)}",
+            )
+    return resolved
+
+
+def resolve_baseline(space: SearchSpace, given: dict[str, Any] | None,
+                     builtin_default: dict[str, Any]) -> dict[str, Any]:
+    """The baseline configuration: the document's, else the built-in kernel's default, else
+    each parameter's default. Every parameter must get a value inside its range."""
+    baseline: dict[str, Any] = {}
+    for key in given or {}:
+        if key not in space.by_name:
+            raise DocumentError(f"baseline.{key}", f"baseline names {key!r}, which is not a parameter of the space")
+    for index, param in enumerate(space.parameters):
+        if given and param.name in given:
+            value, field = given[param.name], f"baseline.{param.name}"
+        elif param.name in builtin_default:
+            value, field = builtin_default[param.name], f"space.{index}"
+        else:
+            value, field = param_default(param), f"space.{index}.default"
+            if value is None:
+                raise DocumentError(
+                    field,
+                    f"parameter {param.name!r} has no default: give it a default or set baseline.{param.name}",
+                )
+        problem = value_problem(param, value)
+        if problem:
+            raise DocumentError(field, f"baseline value for {param.name!r}: {problem}")
+        baseline[param.name] = value
+    return baseline
+
+
+def warm_config(space: SearchSpace, given: dict[str, Any], baseline: dict[str, Any], field: str) -> dict[str, Any]:
+    """A warm-start configuration made whole with the baseline's values, or why it is not one."""
+    for key, value in given.items():
+        problem = space.value_problem(key, value)
+        if problem:
+            raise DocumentError(f"{field}.{key}", f"warm-start configuration: {problem}")
+    return {name: given.get(name, baseline[name]) for name in space.names}
+
+
+def check_grid(space: SearchSpace) -> int:
+    """The grid's size, or why a grid sampler cannot walk this space."""
+    size = space.grid_size()
+    if size is None:
+        raise DocumentError("sampler.name", "grid needs a step on every float parameter")
+    if size > MAX_GRID_POINTS:
+        raise DocumentError(
+            "sampler.name",
+            f"the grid has {size:.3g} points, over the limit of {MAX_GRID_POINTS:,}; "
+            "use nsga2, tpe or random, or give fewer values",
+        )
+    return size
+
+
+def reference_point(doc: StudyDocument, objectives: list[dict[str, str]]) -> dict[str, float]:
+    given = doc.reference_point or {}
+    names = [o["name"] for o in objectives]
+    for key, value in given.items():
+        if key not in names:
+            raise DocumentError(f"reference_point.{key}", f"{key!r} is not an objective of this study")
+        if value <= 1.0:
+            raise DocumentError(
+                f"reference_point.{key}", "a reference point is a ratio to the baseline and must be > 1"
+            )
+    return {name: float(given.get(name, 2.0)) for name in names}

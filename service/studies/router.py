@@ -1,0 +1,107 @@
+"""Studies: create, list, read, pause, resume, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query
+from sqlalchemy import select
+
+from service.api.deps import PrincipalDep, ReadSession, StateDep, StudyId, WriteSession
+from service.api.schemas import ERROR_RESPONSES, DocumentedAs, StudyList, StudyOut
+from service.artifacts import catalog
+from service.controls import studies as controls
+from service.domain.states import StudyState
+from service.errors import Invalid
+from service.store.db import after_commit
+from service.store.models import Study
+from service.studies import document as sd
+from service.studies import documents, lifecycle, warm_start
+from service.studies.access import visible_study
+from service.trials import queries
+
+EXAMPLES: dict[str, Any] = {
+    "builtin": {"summary": "a built-in CPU kernel, its own search space", "value": {
+        "name": "matmul: runtime vs p99", "kernel": {"backend": "cpu", "builtin": "matmul"},
+        "objectives": ["runtime_ms", "p99_ms"], "budget": {"max_trials": 40}, "parallelism": 2,
+        "sampler": {"name": "nsga2", "seed": 1, "options": {"population_size": 10}}}},
+    "python": {"summary": "a Python objective function over a space of its own", "value": {
+        "name": "block sizes", "kernel": {"backend": "python", "source": "mypackage.bench:run"},
+        "space": [{"name": "block", "type": "int", "low": 16, "high": 256, "step": 16, "default": 64},
+                  {"name": "layout", "type": "categorical", "choices": ["row", "col"], "default": "row"},
+                  {"name": "scale", "type": "float", "low": 0.1, "high": 10.0, "log": True, "default": 1.0}],
+        "objectives": [{"name": "latency_ms"}, {"name": "accuracy", "direction": "maximize"}],
+        "constraints": [{"metric": "latency_ms", "op": "<=", "value": 5.0}],
+        "budget": {"max_trials": 200, "wall_time_s": 3600}, "pool": "default"}},
+}
+
+router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERROR_RESPONSES)
+
+
+@router.post("", status_code=201, response_model=StudyOut)
+def create_study(
+    state: StateDep, principal: PrincipalDep, session: WriteSession,
+    document: Annotated[dict[str, Any], DocumentedAs(sd.StudyDocument),
+                        Body(description="the study document (see docs/api.md)", openapi_examples=EXAMPLES)],
+) -> StudyOut:
+    principal.require("member")
+    normalised = documents.validate(document)
+    assert principal.team_id is not None
+    if normalised.get("warm_start") == "catalog":
+        normalised["warm_start_configs"] = catalog.warm_start(session, principal.team_id, normalised)
+    warm_start.resolve(session, principal.team_id, normalised)
+    controls.resolve(session, state.catalog, normalised)
+    study = lifecycle.create(session, principal.team_id, principal.token_id, normalised)
+    after_commit(session, lambda: state.scheduler.wake(study.id))  # its step queues the first trials
+    after_commit(session, lambda: state.notifier.notify("studies"))
+    return StudyOut.of(study, with_document=True)
+
+
+@router.get("", response_model=StudyList)
+def list_studies(
+    principal: PrincipalDep, session: ReadSession,
+    state_filter: Annotated[str | None, Query(alias="state", max_length=20)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> StudyList:
+    principal.require("viewer")
+    names = [s.value for s in StudyState]
+    if state_filter is not None and state_filter not in names:
+        raise Invalid(f"unknown state {state_filter!r}; use one of {', '.join(names)}", field="state")
+    stmt = select(Study).where(Study.team_id == principal.team_id).order_by(Study.id.desc()).limit(limit)
+    if state_filter:
+        stmt = stmt.where(Study.state == state_filter)
+    studies = list(session.execute(stmt).scalars())
+    infeasible = queries.infeasible_counts(session, [s.id for s in studies])
+    return StudyList(items=[StudyOut.of(s, infeasible=infeasible.get(s.id, 0)) for s in studies])
+
+
+@router.get("/{study_id}", response_model=StudyOut)
+def get_study(study_id: StudyId, principal: PrincipalDep, session: ReadSession) -> StudyOut:
+    study = visible_study(session, principal, study_id)
+    infeasible = queries.infeasible_counts(session, [study.id]).get(study.id, 0)
+    return StudyOut.of(study, with_document=True, infeasible=infeasible)
+
+
+def _change(study_id: int, action: str, state: StateDep, principal: PrincipalDep, session: WriteSession) -> StudyOut:
+    visible_study(session, principal, study_id, role="member")
+    study = lifecycle.change(session, study_id, action)
+    after_commit(session, lambda: state.scheduler.wake(study_id))
+    after_commit(session, lambda: state.notifier.notify(f"pool:{study.pool}", f"study:{study_id}", "studies"))
+    return StudyOut.of(study, infeasible=queries.infeasible_counts(session, [study.id]).get(study.id, 0))
+
+
+@router.post("/{study_id}/pause", response_model=StudyOut)
+def pause(study_id: StudyId, state: StateDep, principal: PrincipalDep, session: WriteSession) -> StudyOut:
+    """Stop handing out trials; running ones may finish."""
+    return _change(study_id, "pause", state, principal, session)
+
+
+@router.post("/{study_id}/resume", response_model=StudyOut)
+def resume(study_id: StudyId, state: StateDep, principal: PrincipalDep, session: WriteSession) -> StudyOut:
+    return _change(study_id, "resume", state, principal, session)
+
+
+@router.post("/{study_id}/cancel", response_model=StudyOut)
+def cancel(study_id: StudyId, state: StateDep, principal: PrincipalDep, session: WriteSession) -> StudyOut:
+    """Cancel waiting trials and finish the study; running trials are told to stop."""
+    return _change(study_id, "cancel", state, principal, session)

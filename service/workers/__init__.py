@@ -1,0 +1,1 @@
+"""Workers and pools: registration, leases over HTTP, compatibility."""

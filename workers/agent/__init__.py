@@ -1,0 +1,1 @@
+"""The worker agent: registration, leasing, heartbeats, reports."""

@@ -1,0 +1,1 @@
+"""Compiler toolchains: pinned CUDA releases, ptxas, compiler controls."""

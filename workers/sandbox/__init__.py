@@ -1,0 +1,1 @@
+"""Where a trial is compiled and run: stages, the child process, isolation, warm runners."""

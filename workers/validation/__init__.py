@@ -1,0 +1,1 @@
+"""Validation jobs: a candidate against its baseline over the artifact's shapes."""
