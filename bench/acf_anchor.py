@@ -135,7 +135,32 @@ def paretune_run(ptx: Path, workers: int, generations: int, pool: int) -> dict[s
             "service_cpu_s_per_trial": cpu / max(1, len(trials)),
             "agent_cpu_s_per_trial": agents / max(1, len(trials)),
             "median_compile_s": statistics.median(t.get("compile_s", 0) for t in timings),
-            "median_compile_wall_s": statistics.median(t.get("compile_wall_s", 0) for t in timings)}
+            "median_compile_wall_s": statistics.median(t.get("compile_wall_s", 0) for t in timings),
+            **generation_gaps(trials, pool)}
+
+
+def generation_gaps(trials: list[dict[str, Any]], pool: int) -> dict[str, Any]:
+    """Where the workers waited: from the study's creation to the first lease, and at each
+    generation's end, from its last result to the next generation's first lease (the engine's
+    tell, its ask, the checkpoint and the new trials in between)."""
+    from datetime import datetime
+
+    def at(value: str) -> float:
+        return datetime.fromisoformat(value).timestamp()
+
+    engine = sorted((t for t in trials if not t["is_baseline"]), key=lambda t: t["number"])
+    generations = [engine[i:i + pool] for i in range(0, len(engine), pool)]
+    gaps = [min(at(t["started_at"]) for t in later) - max(at(t["finished_at"]) for t in earlier)
+            for earlier, later in zip(generations, generations[1:], strict=False)]
+    first = min(at(t["started_at"]) for t in trials) - min(at(t["created_at"]) for t in trials)
+    held = [at(t["finished_at"]) - at(t["started_at"]) for t in trials]
+    between = []
+    for worker in {t["worker_id"] for t in trials}:
+        own = sorted((t for t in trials if t["worker_id"] == worker), key=lambda t: at(t["started_at"]))
+        between += [at(b["started_at"]) - at(a["finished_at"]) for a, b in zip(own, own[1:], strict=False)]
+    return {"first_lease_s": first, "generation_gaps_s": gaps, "median_lease_to_result_s": statistics.median(held),
+            "median_result_to_next_lease_s": statistics.median(between),
+            "worker_idle_s": sum(max(0.0, x) for x in between)}
 
 
 def until_finished(client: Any, study_id: int, log: Path) -> None:
