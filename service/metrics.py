@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
@@ -188,6 +188,17 @@ class Metrics:
             registry=self.registry, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )
         db.on_write_lock_held = self.write_lock_seconds.observe
+        self._redis_up: Gauge | None = None  # made when a Redis is configured: no series otherwise
+
+    def observe_redis(self, reachable: bool | None) -> None:
+        """Redis's reachability as this replica last saw it (None: no Redis configured)."""
+        if reachable is None:
+            return
+        if self._redis_up is None:
+            self._redis_up = Gauge("paretune_redis_up", "Whether this replica reached Redis at its last check "
+                                   "(serving goes on without it; wake-ups across replicas then poll)",
+                                   registry=self.registry)
+        self._redis_up.set(1 if reachable else 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

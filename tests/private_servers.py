@@ -73,8 +73,8 @@ class PrivateRedis:
     port: int
 
     @classmethod
-    def start(cls, root: Path) -> PrivateRedis:
-        port = free_port()
+    def start(cls, root: Path, port: int | None = None) -> PrivateRedis:
+        port = port or free_port()
         process = subprocess.Popen(
             ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -98,6 +98,11 @@ class PrivateRedis:
 
     def thaw(self) -> None:
         self.process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """Gone at once, its port closed (start it again with `start(root, port)`)."""
+        self.process.kill()
+        self.process.wait()
 
     def stop(self) -> None:
         self.thaw()

@@ -108,7 +108,7 @@ def test_control_plane(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["PARETUNE_MIGRATE_ON_START"]["value"] == "false"
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
-    assert "livenessProbe" in container
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     service = _one(objects, "Service", "paretune-api")
     assert _matches(service["spec"]["selector"], pod_labels)

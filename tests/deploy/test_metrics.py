@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 from fake_worker import lease, register, run
-from helpers import REPO, LiveService, wait_for
+from helpers import REPO, LiveService, create_postgres_database, drop_postgres_database, start_service, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 ALERTS = REPO / "deploy" / "monitoring" / "alerts.yml"
@@ -47,10 +47,25 @@ def _study(pool: str, trials: int) -> dict[str, Any]:
     }
 
 
+@pytest.fixture
+def live_service(tmp_path: Any) -> Iterator[LiveService]:
+    """`paretune serve` on a fresh Postgres database with Redis, as deployed."""
+    url = create_postgres_database()
+    service = start_service(url, tmp_path, {"PARETUNE_LEASE_S": "6", "PARETUNE_HEARTBEAT_S": "1",
+                                            "PARETUNE_REAPER_INTERVAL_S": "0.5",
+                                            "PARETUNE_REDIS_URL": "redis://127.0.0.1:6379/0"})
+    try:
+        yield service
+    finally:
+        service.stop()
+        drop_postgres_database(url)
+
+
 def test_alerts_and_dashboard_query_what_metrics_exports(live_service: LiveService) -> None:
     samples, studies = _traffic_then_scrape(live_service)
     _every_queried_metric_is_exported(samples)
     _values_agree_with_the_api(samples, live_service, studies)
+    assert _value(samples, "paretune_redis_up") == 1.0
 
 
 def _traffic_then_scrape(live_service: LiveService) -> tuple[dict[str, list[Any]], dict[str, int]]:

@@ -82,6 +82,7 @@ RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/v1/controls/packs"): ("viewer", "none"),
     ("POST", "/v1/controls/packs"): ("operator", "none"),
     ("GET", "/v1/controls/files/{sha}"): ("viewer", "ids"),  # an ACF a team's study generated is the team's
+    ("GET", "/livez"): ("public", "none"),
     ("GET", "/healthz"): ("public", "none"),
     ("GET", "/metrics"): ("public", "none"),
 }
