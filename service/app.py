@@ -50,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cache = MirrorCache(catalog=ControlsCatalog(settings.controls_catalog))
         metrics = Metrics(db)
         scheduler = Scheduler(db, cache, notifier, settings, observe=metrics.step_seconds.observe)
+        db.send_effects_to(notifier, scheduler)
         state = AppState(settings, db, cache, notifier, metrics, scheduler)
         app.state.paretune = state
         if not settings.scheduler_process:  # else its wake-ups go to the scheduler process

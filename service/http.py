@@ -15,8 +15,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.domain.states import IllegalTransition
-from service.errors import ApiError, Conflict, Invalid, TooLarge
+from service.errors import ApiError, Invalid, TooLarge
 
 log = logging.getLogger("paretune.http")
 MAX_JSON_DEPTH = 64
@@ -121,11 +120,6 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, str(exc.detail))
-
-    @app.exception_handler(IllegalTransition)
-    async def illegal_transition(_: Request, exc: IllegalTransition) -> JSONResponse:
-        error = Conflict(str(exc), field="state")
-        return JSONResponse(error.body(), status_code=error.status)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)

@@ -19,12 +19,13 @@ from sqlalchemy import case, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from service.domain.states import TRIAL_FINISHED, TrialState
 from service.store.db import Database
 from service.store.models import Study, Trial, Worker, as_utc, utcnow
 
-ACTIVE_STATES = ("queued", "running", "paused", "screened")
-FINISHED_COLUMNS = {"completed": Study.n_completed, "failed": Study.n_failed, "cancelled": Study.n_cancelled,
-                    "screened_out": Study.n_screened_out}
+ACTIVE_STATES = tuple(s.value for s in TrialState if s not in TRIAL_FINISHED)
+FINISHED_COLUMNS = {TrialState.COMPLETED.value: Study.n_completed, TrialState.FAILED.value: Study.n_failed,
+                    TrialState.CANCELLED.value: Study.n_cancelled, TrialState.SCREENED_OUT.value: Study.n_screened_out}
 LIVE_WORKER_S = 120.0  # a worker that spoke within this long is live (it long-polls every ~10 s)
 POWER_WINDOW_S = 600.0  # power of trials finished this recently
 POWER_RECENT_TRIALS = 500  # newest trials read for power
@@ -102,7 +103,7 @@ def _failures(session: Session) -> Metric:
     family = CounterMetricFamily("paretune_trial_failures", "Failed trials, per worker pool and failure reason",
                                  labels=["pool", "reason"])
     stmt = (select(Trial.pool, Trial.failure_reason, func.count())
-            .where(Trial.state == "failed").group_by(Trial.pool, Trial.failure_reason))
+            .where(Trial.state == TrialState.FAILED.value).group_by(Trial.pool, Trial.failure_reason))
     for pool, reason, count in session.execute(stmt):
         family.add_metric([pool, reason or "unknown"], count)
     return family
@@ -110,7 +111,7 @@ def _failures(session: Session) -> Metric:
 
 def _queue_depth(session: Session) -> Metric:
     family = GaugeMetricFamily("paretune_queue_depth", "Queued trials per worker pool", labels=["pool"])
-    stmt = select(Trial.pool, func.count()).where(Trial.state == "queued").group_by(Trial.pool)
+    stmt = select(Trial.pool, func.count()).where(Trial.state == TrialState.QUEUED.value).group_by(Trial.pool)
     for pool, count in session.execute(stmt):
         family.add_metric([pool], count)
     return family
@@ -140,7 +141,7 @@ def _power(session: Session, now: datetime) -> Metric:
         "paretune_power_watts", f"power_w of each worker's latest trial that measured it, last {POWER_WINDOW_S:.0f} s",
         labels=["pool", "worker"])
     recent = (select(Trial.pool, Trial.worker_id, Trial.finished_at, Trial.metrics)
-              .where(Trial.state == "completed").order_by(Trial.id.desc()).limit(POWER_RECENT_TRIALS))
+              .where(Trial.state == TrialState.COMPLETED.value).order_by(Trial.id.desc()).limit(POWER_RECENT_TRIALS))
     latest: dict[tuple[str, int], tuple[datetime, float]] = {}
     cutoff = now - timedelta(seconds=POWER_WINDOW_S)
     for pool, worker_id, finished_at, metrics in session.execute(recent):

@@ -2,9 +2,11 @@
 Postgres's LISTEN/NOTIFY) carries them between processes; it never holds truth, and it never
 holds up a request.
 
-Channels are `pool:<name>` (a trial was queued there), `study:<id>` (a study or one of its
-trials changed), `studies`, and `step:<id>` (a study's step has work: for a scheduler that
-runs in a process of its own). `notify` wakes this replica's waiters at once and hands the
+Channels (built and read only through `Channel`) are `pool:<name>` (work was queued there),
+`study:<id>` (a study or one of its trials changed), `studies`, and `step:<id>` (a study's
+step has work: for a scheduler that runs in a process of its own). Each entity's transition
+registers its wake-ups (service.store.effects), and the database layer hands them here once
+their transaction has committed. `notify` wakes this replica's waiters at once and hands the
 channels to a background publisher; the other processes are reached only from background
 tasks with short timeouts, so a Redis or a notification connection that is down or hung
 only delays other replicas' wake-ups: their waiters re-check the database every poll
@@ -29,6 +31,33 @@ REDIS_TIMEOUT_S = 0.5
 QUEUE_LIMIT = 10_000  # channels waiting to be published; past it the oldest are dropped
 WARN_EVERY_S = 30.0
 PG_CHANNEL = "paretune"  # the Postgres notification channel every process listens on
+
+
+class Channel:
+    """The names of the notifier's channels."""
+
+    STUDIES = "studies"  # the list of studies changed
+    POOL, STUDY, STEP = "pool:", "study:", "step:"
+
+    @staticmethod
+    def pool(name: str) -> str:
+        """Work was queued in pool `name`: its long-polling workers look."""
+        return f"{Channel.POOL}{name}"
+
+    @staticmethod
+    def study(study_id: int) -> str:
+        """The study or one of its trials changed: its event streams send it."""
+        return f"{Channel.STUDY}{study_id}"
+
+    @staticmethod
+    def step(study_id: int) -> str:
+        """The study's scheduling step has work (for a scheduler process)."""
+        return f"{Channel.STEP}{study_id}"
+
+    @staticmethod
+    def step_study(channel: str) -> int:
+        """The study a `step` channel names."""
+        return int(channel.removeprefix(Channel.STEP))
 
 
 def postgres_dsn(database_url: str) -> str | None:
@@ -142,7 +171,7 @@ class Notifier:
             if not waiter.done():
                 waiter.set_result(None)
                 woken += 1
-        if channel.startswith("pool:") and (woken == 0 if count is None else woken < count):
+        if channel.startswith(Channel.POOL) and (woken == 0 if count is None else woken < count):
             self.unanswered_pool_wakeups += 1
 
     async def _batch(self) -> list[tuple[str, int | None]]:

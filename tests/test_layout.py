@@ -36,7 +36,8 @@ def sources(package: str) -> list[Path]:
 
 def test_the_control_plane_loads_no_worker_module() -> None:
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, service.app; print(sorted(m for m in sys.modules if m.split('.')[0] == 'workers'))"],
+        [sys.executable, "-c",
+         "import sys, service.app; print(sorted(m for m in sys.modules if m.split('.')[0] == 'workers'))"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout.strip()
     assert loaded == "[]"

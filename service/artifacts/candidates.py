@@ -7,7 +7,9 @@ from sqlalchemy.orm import Session
 
 from service.accounts.tokens import Principal
 from service.artifacts import audit, validations
-from service.artifacts.states import CandidateState, check_candidate
+from service.artifacts.states import CANDIDATE, CandidateState
+from service.artifacts.transitions import transition_candidate
+from service.domain.machines import IllegalTransition
 from service.domain.states import TrialState
 from service.errors import Conflict, Invalid, NotFound
 from service.store.db import is_postgres
@@ -45,7 +47,7 @@ def promote(session: Session, study: Study, actor: audit.Actor, numbers: list[in
     now = utcnow()
     candidates = [
         Candidate(study_id=study.id, team_id=study.team_id, trial_id=trials[n].id, trial_number=n,
-                  config=dict(trials[n].config), note=storable_text(note), state=CandidateState.VALIDATING.value,
+                  config=dict(trials[n].config), note=storable_text(note), state=CANDIDATE.initial.value,
                   promoted_by=actor.token_id, promoted_by_name=actor.name, created_at=now, updated_at=now)
         for n in numbers
     ]
@@ -80,10 +82,9 @@ def visible_validation(session: Session, principal: Principal, validation_id: in
 
 
 def reject(session: Session, candidate: Candidate, actor: audit.Actor, why: str) -> Candidate:
-    if candidate.state not in (*OPEN, CandidateState.FAILED.value):
+    try:
+        transition_candidate(session, candidate, CandidateState.REJECTED, actor, why)
+    except IllegalTransition as exc:
         raise Conflict(f"candidate {candidate.id} is {candidate.state}; it can no longer be rejected",
-                       field="candidate_id")
-    candidate.state = check_candidate(candidate.state, CandidateState.REJECTED).value
-    candidate.decided_by_name, candidate.reason, candidate.updated_at = actor.name, storable_text(why), utcnow()
-    audit.record(session, candidate.team_id, actor, "reject", "candidate", candidate.id, why)
+                       field="candidate_id") from exc
     return candidate

@@ -37,7 +37,6 @@ from service.artifacts.schemas import (
 )
 from service.artifacts.signing import PublicKeyInfo
 from service.errors import Invalid
-from service.store.db import after_commit
 from service.store.models import ArtifactVersion, Candidate, Validation, ValidationJob
 from service.studies.access import visible_study
 from wire.targets import parse_toolchain
@@ -56,22 +55,16 @@ def _validation_out(session: Session, validation: Validation, samples: bool = Fa
     return ValidationOut.of(validation, jobs, samples)
 
 
-def _wake_pool(state: StateDep, session: Session, pool: str) -> None:
-    after_commit(session, lambda: state.notifier.notify(f"pool:{pool}"))
-
-
 # -- candidates ------------------------------------------------------------------------------
 
 
 @router.post("/studies/{study_id}/candidates", status_code=201, response_model=PromoteOut)
-def promote(study_id: StudyId, body: PromoteIn, state: StateDep, principal: PrincipalDep,
-            session: WriteSession) -> PromoteOut:
+def promote(study_id: StudyId, body: PromoteIn, principal: PrincipalDep, session: WriteSession) -> PromoteOut:
     """Promote completed, feasible trials as candidates; their validation is queued to the
     study's pool (split over its live workers)."""
     study = visible_study(session, principal, study_id, role="member")
     rows, validation = candidates.promote(session, study, audit.Actor.of(principal), body.trials, body.note,
                                           body.rounds)
-    _wake_pool(state, session, study.pool)
     return PromoteOut(candidates=[CandidateOut.of(c) for c in rows], validation=_validation_out(session, validation))
 
 
@@ -260,7 +253,7 @@ def revoke(artifact_id: ArtifactId, version: VersionNumber, principal: Principal
 
 
 @router.post("/artifacts/{artifact_id}/revalidate", status_code=201, response_model=PromoteOut)
-def revalidate(artifact_id: ArtifactId, state: StateDep, principal: PrincipalDep, session: WriteSession,
+def revalidate(artifact_id: ArtifactId, principal: PrincipalDep, session: WriteSession,
                body: Annotated[RevalidateIn | None, Body()] = None) -> PromoteOut:
     """Validate the current version's configuration again on the pool's workers as they are
     now; another approver approves the result into a new version."""
@@ -269,7 +262,6 @@ def revalidate(artifact_id: ArtifactId, state: StateDep, principal: PrincipalDep
     given = body or RevalidateIn()
     candidate, validation = versions.revalidate(session, artifact, audit.Actor.of(principal), given.note,
                                                 given.rounds)
-    _wake_pool(state, session, validation.pool)
     return PromoteOut(candidates=[CandidateOut.of(candidate)], validation=_validation_out(session, validation))
 
 

@@ -1,9 +1,12 @@
-"""The states of candidates, validation jobs and artifact versions, and the changes allowed.
+"""The states of candidates, validations, validation jobs and artifact versions, and the
+moves allowed. No I/O: the one function that moves each is in service.artifacts.transitions.
 
 candidate:  validating -> validated | failed          (the validation's outcome)
             validated  -> approved | rejected
             validating -> rejected                    (withdrawn before its result)
             failed     -> rejected
+validation: queued -> running (its first job leased) -> completed | failed (judged once its
+            last job has finished); queued -> failed (every job failed unleased)
 job:        queued -> running -> completed | failed; running -> queued (lease expired, attempts left)
 version:    current -> superseded (another approved) | revoked
             superseded -> current (rollback) | revoked
@@ -13,9 +16,8 @@ Nothing leaves approved, rejected, completed, failed or revoked.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TypeVar
 
-S = TypeVar("S", bound=StrEnum)
+from service.domain.machines import StateMachine
 
 
 class CandidateState(StrEnum):
@@ -26,14 +28,14 @@ class CandidateState(StrEnum):
     REJECTED = "rejected"
 
 
-class JobState(StrEnum):
+class ValidationState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
 
 
-class ValidationState(StrEnum):
+class JobState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -46,46 +48,25 @@ class VersionState(StrEnum):
     REVOKED = "revoked"
 
 
-CANDIDATE_MOVES: dict[CandidateState, set[CandidateState]] = {
-    CandidateState.VALIDATING: {CandidateState.VALIDATED, CandidateState.FAILED, CandidateState.REJECTED},
-    CandidateState.VALIDATED: {CandidateState.APPROVED, CandidateState.REJECTED},
-    CandidateState.FAILED: {CandidateState.REJECTED},
-    CandidateState.APPROVED: set(),
-    CandidateState.REJECTED: set(),
-}
-JOB_MOVES: dict[JobState, set[JobState]] = {
-    JobState.QUEUED: {JobState.RUNNING, JobState.FAILED},
-    JobState.RUNNING: {JobState.COMPLETED, JobState.FAILED, JobState.QUEUED},
-    JobState.COMPLETED: set(),
-    JobState.FAILED: set(),
-}
-VERSION_MOVES: dict[VersionState, set[VersionState]] = {
-    VersionState.CURRENT: {VersionState.SUPERSEDED, VersionState.REVOKED},
-    VersionState.SUPERSEDED: {VersionState.CURRENT, VersionState.REVOKED},
-    VersionState.REVOKED: set(),
-}
-JOB_FINISHED = frozenset({JobState.COMPLETED, JobState.FAILED})
-
-
-class IllegalMove(ValueError):
-    def __init__(self, what: str, old: str, new: str, hint: str = "") -> None:
-        super().__init__(f"a {what} that is {old} cannot become {new}{'; ' + hint if hint else ''}")
-        self.old, self.new = old, new
-
-
-def check_candidate(old: str, new: CandidateState) -> CandidateState:
-    return _check("candidate", CANDIDATE_MOVES, CandidateState(old), new)
-
-
-def check_job(old: str, new: JobState) -> JobState:
-    return _check("validation job", JOB_MOVES, JobState(old), new)
-
-
-def check_version(old: str, new: VersionState) -> VersionState:
-    return _check("artifact version", VERSION_MOVES, VersionState(old), new)
-
-
-def _check(what: str, moves: dict[S, set[S]], old: S, new: S) -> S:
-    if new not in moves[old]:
-        raise IllegalMove(what, old.value, new.value)
-    return new
+CANDIDATE = StateMachine("candidate", CandidateState, CandidateState.VALIDATING, {
+    CandidateState.VALIDATING: frozenset({CandidateState.VALIDATED, CandidateState.FAILED, CandidateState.REJECTED}),
+    CandidateState.VALIDATED: frozenset({CandidateState.APPROVED, CandidateState.REJECTED}),
+    CandidateState.FAILED: frozenset({CandidateState.REJECTED}),
+})
+VALIDATION = StateMachine("validation", ValidationState, ValidationState.QUEUED, {
+    ValidationState.QUEUED: frozenset({ValidationState.RUNNING, ValidationState.FAILED}),
+    ValidationState.RUNNING: frozenset({ValidationState.COMPLETED, ValidationState.FAILED}),
+})
+JOB = StateMachine("validation job", JobState, JobState.QUEUED, {
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.FAILED}),
+    JobState.RUNNING: frozenset({JobState.COMPLETED, JobState.FAILED, JobState.QUEUED}),
+})
+VERSION = StateMachine("artifact version", VersionState, VersionState.CURRENT, {
+    VersionState.CURRENT: frozenset({VersionState.SUPERSEDED, VersionState.REVOKED}),
+    VersionState.SUPERSEDED: frozenset({VersionState.CURRENT, VersionState.REVOKED}),
+})
+JOB_FINISHED = JOB.final
+VALIDATION_FINISHED = VALIDATION.final
+# the lease queue's functions (service.artifacts.validations.acquire, expire) check their
+# moves of a job by this name
+check_job = JOB.check

@@ -28,17 +28,21 @@ from sqlalchemy.orm import Session
 from service.artifacts import audit
 from service.artifacts.comparison import compare_reports
 from service.artifacts.states import (
+    JOB,
     JOB_FINISHED,
+    VALIDATION,
+    VALIDATION_FINISHED,
     CandidateState,
     JobState,
     ValidationState,
-    check_candidate,
     check_job,
 )
+from service.artifacts.transitions import transition_candidate, transition_job, transition_validation
 from service.config import Settings
 from service.controls import files as controls_files
 from service.errors import Conflict, Invalid
 from service.store.db import after_commit, is_postgres
+from service.store.effects import effects
 from service.store.models import Candidate, Study, Trial, Validation, ValidationJob, Worker, as_utc, utcnow
 from service.store.storable import storable, storable_text
 from service.studies import document as sd
@@ -84,7 +88,7 @@ def start(session: Session, study: Study, candidates: list[Candidate], *, rounds
     measure = {k: v for k, v in doc["measure"].items() if k not in ("screen", "promote")}
     blocks = split_rounds(rounds, live_workers(session, study.pool, study.backend))
     validation = Validation(
-        study_id=study.id, team_id=study.team_id, pool=study.pool, state=ValidationState.QUEUED.value,
+        study_id=study.id, team_id=study.team_id, pool=study.pool, state=VALIDATION.initial.value,
         candidate_ids=[c.id for c in candidates], baseline=baseline_config(session, study), rounds=rounds,
         jobs=len(blocks), requested_by_name=requested_by,
     )
@@ -107,7 +111,7 @@ def start(session: Session, study: Study, candidates: list[Candidate], *, rounds
         session.add(ValidationJob(
             validation_id=validation.id, study_id=study.id, pool=study.pool, backend=study.backend,
             requires_energy=study.requires_energy, requires_gpu=sd.requires_gpu(study.backend, doc),
-            state=JobState.QUEUED.value,
+            state=JOB.initial.value,
             spec=spec.model_dump(mode="json", exclude={"job_id", "attempt"}), rounds=block,
             max_attempts=limits["max_attempts"],
         ))
@@ -115,6 +119,7 @@ def start(session: Session, study: Study, candidates: list[Candidate], *, rounds
         candidate.validation_id = validation.id
     session.flush()
     after_commit(session, QUEUED_HINT.queued)
+    effects(session).queued(study.pool, None)  # rare beside trials: every idle worker of the pool looks
     return validation
 
 
@@ -221,10 +226,8 @@ def record_report(session: Session, job: ValidationJob, report: wire.ValidationR
         raise Conflict("the lease has expired; the validation job was handed back to the queue", field="token")
     _check_report(job, report)
     new = JobState.COMPLETED if report.status == "completed" else JobState.FAILED
-    check_job(job.state, new)
-    job.state, job.phase, job.finished_at = new.value, None, utcnow()
-    job.report = storable(report.model_dump(mode="json"))
-    job.message = storable_text(report.message[:10_000])
+    transition_job(session, job, new, phase=None, report=storable(report.model_dump(mode="json")),
+                   message=storable_text(report.message[:10_000]))
     session.flush()
     finish_if_done(session, job.validation_id)
     return wire.ValidationAck(validation_id=job.validation_id, job_id=job.id, state=new.value)
@@ -281,7 +284,7 @@ def finish_if_done(session: Session, validation_id: int) -> Validation | None:
     if is_postgres(session):
         stmt = stmt.with_for_update()
     validation = session.execute(stmt).scalar_one()
-    if validation.state in (ValidationState.COMPLETED, ValidationState.FAILED):
+    if validation.state in VALIDATION_FINISHED:
         return None
     jobs = list(session.execute(select(ValidationJob).where(ValidationJob.validation_id == validation_id)
                                 .order_by(ValidationJob.id)).scalars())
@@ -308,21 +311,19 @@ def judge(session: Session, validation: Validation, jobs: list[ValidationJob]) -
         candidate = candidates.get(candidate_id)
         if candidate is None or candidate.state != CandidateState.VALIDATING:
             continue  # rejected meanwhile
-        new = CandidateState.VALIDATED if result["passed"] else CandidateState.FAILED
-        candidate.state = check_candidate(candidate.state, new).value
-        candidate.updated_at = utcnow()
-        action = "validated" if result["passed"] else "validation_failed"
-        audit.record(session, validation.team_id, audit.Actor(audit.SERVICE_ACTOR, None), action, "candidate",
-                     candidate_id, result["message"], validation_id=validation.id)
+        verdict = CandidateState.VALIDATED if result["passed"] else CandidateState.FAILED
+        transition_candidate(session, candidate, verdict, audit.Actor(audit.SERVICE_ACTOR, None), result["message"],
+                             {"validation_id": validation.id})
     failed_jobs = [j for j in jobs if j.state == JobState.FAILED]
-    validation.results = storable(results)
-    validation.state = (ValidationState.COMPLETED if reports else ValidationState.FAILED).value
-    validation.message = "; ".join(f"job {j.id}: {j.message}" for j in failed_jobs)[:10_000] or None
     first = next((r for r in reports if r.target is not None), None)
-    validation.target = first.target.model_dump(mode="json") if first and first.target else None
     prints = [r.fingerprint.model_dump(mode="json") for r in reports if r.fingerprint is not None]
-    validation.fingerprints = storable(prints)
-    validation.finished_at = utcnow()
+    transition_validation(
+        session, validation, ValidationState.COMPLETED if reports else ValidationState.FAILED,
+        results=storable(results),
+        message="; ".join(f"job {j.id}: {j.message}" for j in failed_jobs)[:10_000] or None,
+        target=first.target.model_dump(mode="json") if first and first.target else None,
+        fingerprints=storable(prints),
+    )
 
 
 def _verdict(reports: list[wire.ValidationReport], candidate_id: int, objectives: list[tuple[str, Any]],

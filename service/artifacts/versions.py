@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 
 from service.artifacts import audit, validations
 from service.artifacts.signing import SigningKey
-from service.artifacts.states import CandidateState, VersionState, check_candidate, check_version
+from service.artifacts.states import CANDIDATE, VERSION, CandidateState, VersionState
+from service.artifacts.transitions import transition_candidate, transition_version
 from service.controls import files as controls_files
 from service.errors import Conflict, Forbidden, NotFound
 from service.store.db import is_postgres
@@ -144,22 +145,20 @@ def approve(session: Session, candidate: Candidate, actor: audit.Actor, key: Sig
     )
     signed = sign(document, key.private_key)
     if previous is not None:
-        previous.state = check_version(previous.state, VersionState.SUPERSEDED).value
+        transition_version(session, previous, VersionState.SUPERSEDED, artifact)
         audit.record(session, study.team_id, actor, "supersede", "artifact", artifact.id, why,
                      version=previous.version, by_version=number)
     row = _insert(session, artifact, signed, candidate, actor, now)
     artifact.current_version, artifact.stale, artifact.stale_reason, artifact.updated_at = number, False, None, now
-    candidate.state = check_candidate(candidate.state, CandidateState.APPROVED).value
-    candidate.version_id, candidate.decided_by_name, candidate.updated_at = row.id, actor.name, now
     audit.record(session, study.team_id, actor, "approve", "artifact", artifact.id, why, version=number,
                  candidate_id=candidate.id, sha256=signed.sha256, kernel=identity.name)
-    audit.record(session, study.team_id, actor, "approve", "candidate", candidate.id, why,
-                 artifact_id=artifact.id, version=number)
+    transition_candidate(session, candidate, CandidateState.APPROVED, actor, why,
+                         {"artifact_id": artifact.id, "version": number}, version_id=row.id)
     return row
 
 
 def _require_validated(candidate: Candidate) -> None:
-    if candidate.state == CandidateState.VALIDATED:
+    if CANDIDATE.allows(candidate.state, CandidateState.APPROVED):
         return
     hints = {
         CandidateState.VALIDATING.value: "its validation has not finished; wait for its result",
@@ -196,7 +195,7 @@ def _insert(session: Session, artifact: Artifact, signed: SignedArtifact, candid
         validation_id=candidate.validation_id if candidate else None,
         document=signed.document.model_dump(mode="json"), file=signed.file_bytes().decode("utf-8"),
         sha256=signed.sha256, signature=signed.signature.model_dump(mode="json"),
-        state=VersionState.CURRENT.value, stale=False, approved_by_name=actor.name, approved_at=now,
+        state=VERSION.initial.value, stale=False, approved_by_name=actor.name, approved_at=now,
     )
     session.add(row)
     session.flush()
@@ -209,14 +208,13 @@ def _insert(session: Session, artifact: Artifact, signed: SignedArtifact, candid
 def rollback(session: Session, artifact: Artifact, version: int, actor: audit.Actor, why: str) -> ArtifactVersion:
     """Make an earlier (superseded) version current again; no document changes."""
     row = version_of(session, artifact, version)
-    if row.state != VersionState.SUPERSEDED:
+    if not VERSION.allows(row.state, VersionState.CURRENT):
         raise Conflict(f"version {version} is {row.state}; only a superseded version can be made current again",
                        field="version")
     current = current_of(session, artifact)
     if current is not None:
-        current.state = check_version(current.state, VersionState.SUPERSEDED).value
-    row.state = check_version(row.state, VersionState.CURRENT).value
-    artifact.current_version, artifact.updated_at = version, utcnow()
+        transition_version(session, current, VersionState.SUPERSEDED, artifact)
+    transition_version(session, row, VersionState.CURRENT, artifact)
     audit.record(session, artifact.team_id, actor, "rollback", "artifact", artifact.id, why, version=version,
                  from_version=current.version if current is not None else None)
     return row
@@ -226,13 +224,10 @@ def revoke(session: Session, artifact: Artifact, version: int, actor: audit.Acto
     """A revoked version is never served again; revoking the current one leaves no version
     current until an approval or a rollback names one."""
     row = version_of(session, artifact, version)
-    if row.state == VersionState.REVOKED:
-        raise Conflict(f"version {version} is revoked already", field="version")
+    if not VERSION.allows(row.state, VersionState.REVOKED):
+        raise Conflict(f"version {version} is {row.state} already", field="version")
     was_current = row.state == VersionState.CURRENT
-    row.state = check_version(row.state, VersionState.REVOKED).value
-    if was_current:
-        artifact.current_version = None
-    artifact.updated_at = utcnow()
+    transition_version(session, row, VersionState.REVOKED, artifact)
     audit.record(session, artifact.team_id, actor, "revoke", "artifact", artifact.id, why, version=version,
                  was_current=was_current)
     return row
@@ -261,7 +256,7 @@ def revalidate(session: Session, artifact: Artifact, actor: audit.Actor, note: s
     candidate = Candidate(
         study_id=study.id, team_id=study.team_id, trial_id=provenance["trial_id"],
         trial_number=provenance.get("trial_number") or 0, config=dict(current.document["controls"]["config"]),
-        note=storable_text(note), state=CandidateState.VALIDATING.value, promoted_by=actor.token_id,
+        note=storable_text(note), state=CANDIDATE.initial.value, promoted_by=actor.token_id,
         promoted_by_name=actor.name, artifact_id=artifact.id, created_at=now, updated_at=now,
     )
     session.add(candidate)

@@ -1,12 +1,14 @@
-"""The states of trials and studies and the changes allowed between them. No I/O: the
-functions that apply a change to a row (and bump its sequence number, which is what event
-streams and sampler mirrors follow) live in service.trials.transitions and
-service.studies.lifecycle, and both check here first.
+"""The states of trials and studies and the moves allowed between them. No I/O: the one
+function that moves each (and bumps its sequence number, which is what event streams and
+sampler mirrors follow) is service.trials.transitions.transition and
+service.studies.lifecycle.transition, and both check here first.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+from service.domain.machines import StateMachine
 
 
 class TrialState(StrEnum):
@@ -28,14 +30,7 @@ class StudyState(StrEnum):
     FAILED = "failed"
 
 
-TRIAL_FINISHED = frozenset({TrialState.COMPLETED, TrialState.SCREENED_OUT, TrialState.FAILED, TrialState.CANCELLED})
-# waiting for a worker, or (screened) for its study's step; cancelled with their study
-TRIAL_WAITING = frozenset({TrialState.QUEUED, TrialState.PAUSED, TrialState.SCREENED})
-# what a study's step accounts for: finished trials, and screened ones it decides on
-TRIAL_REPORTED = TRIAL_FINISHED | {TrialState.SCREENED}
-STUDY_FINISHED = frozenset({StudyState.COMPLETED, StudyState.CANCELLED, StudyState.FAILED})
-
-TRIAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
+TRIAL = StateMachine("trial", TrialState, TrialState.QUEUED, {
     # failed while queued: refused in the step that created it, before any worker could see
     # it, because its configuration cannot launch on the study's target (reason infeasible)
     TrialState.QUEUED: frozenset({TrialState.RUNNING, TrialState.PAUSED, TrialState.CANCELLED, TrialState.FAILED}),
@@ -52,39 +47,19 @@ TRIAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
     TrialState.SCREENED: frozenset(
         {TrialState.QUEUED, TrialState.PAUSED, TrialState.CANCELLED, TrialState.SCREENED_OUT}
     ),
-    TrialState.COMPLETED: frozenset(),
-    TrialState.SCREENED_OUT: frozenset(),
-    TrialState.FAILED: frozenset(),
-    TrialState.CANCELLED: frozenset(),
-}
+})
 
-STUDY_TRANSITIONS: dict[StudyState, frozenset[StudyState]] = {
+STUDY = StateMachine("study", StudyState, StudyState.RUNNING, {
     StudyState.RUNNING: frozenset({StudyState.PAUSED, StudyState.COMPLETED, StudyState.CANCELLED, StudyState.FAILED}),
     StudyState.PAUSED: frozenset({StudyState.RUNNING, StudyState.COMPLETED, StudyState.CANCELLED, StudyState.FAILED}),
-    StudyState.COMPLETED: frozenset(),
-    StudyState.CANCELLED: frozenset(),
-    StudyState.FAILED: frozenset(),
-}
+})
 
-
-class IllegalTransition(Exception):
-    def __init__(self, kind: str, old: str, new: str) -> None:
-        super().__init__(f"a {kind} cannot go from {old} to {new}")
-        self.old, self.new = old, new
-
-
-def check_trial(old: str, new: str) -> TrialState:
-    target = TrialState(new)
-    if target not in TRIAL_TRANSITIONS[TrialState(old)]:
-        raise IllegalTransition("trial", old, new)
-    return target
-
-
-def check_study(old: str, new: str) -> StudyState:
-    target = StudyState(new)
-    if target not in STUDY_TRANSITIONS[StudyState(old)]:
-        raise IllegalTransition("study", old, new)
-    return target
+TRIAL_FINISHED = TRIAL.final  # nothing leaves these
+# waiting for a worker, or (screened) for its study's step; cancelled with their study
+TRIAL_WAITING = frozenset({TrialState.QUEUED, TrialState.PAUSED, TrialState.SCREENED})
+# what a study's step accounts for: finished trials, and screened ones it decides on
+TRIAL_REPORTED = TRIAL_FINISHED | {TrialState.SCREENED}
+STUDY_FINISHED = STUDY.final
 
 
 def waiting_state(study_state: str) -> TrialState:

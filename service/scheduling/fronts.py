@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.domain import pareto
+from service.domain.states import TrialState
 from service.store.models import Study, Trial
 from service.trials.transitions import touch
 
@@ -145,7 +146,8 @@ def _on_baseline(session: Session, study: Study, baseline: Trial) -> None:
     study.baseline_values = dict(baseline.values or {})
     rows = list(session.execute(
         select(Trial)
-        .where(Trial.study_id == study.id, Trial.state == "completed", Trial.completed_index.is_not(None))
+        .where(Trial.study_id == study.id, Trial.state == TrialState.COMPLETED.value,
+               Trial.completed_index.is_not(None))
         .order_by(Trial.completed_index)
     ).scalars())
     if baseline not in rows:

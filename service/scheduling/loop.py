@@ -10,6 +10,9 @@ A server process may leave its steps to a scheduler process (`paretune scheduler
 `paretune serve --scheduler-process`): its Scheduler is not started and hands its wake-ups
 to the notifier as `step:<id>` channels, which the scheduler process follows. Its steps
 then do not wait for the GIL behind the request threads.
+
+A step wakes nobody itself: the trials it queues and the changes it makes register their
+wake-ups with the step's transaction (service.store.effects), sent once it commits.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from service.config import Settings
-from service.notify import Notifier, stop_tasks
+from service.notify import Channel, Notifier, stop_tasks
 from service.scheduling.mirror import MirrorCache
 from service.scheduling.step import StepReport, pending_studies, run_step
 from service.store.db import STEP_THREADS, Database
@@ -60,13 +63,13 @@ class Scheduler:
         """Ask for a step of these studies soon; callable from any thread. Not started here
         (a scheduler process steps them), the wake-ups go to it through the notifier."""
         if self._loop is None:
-            self.notifier.notify(*(f"step:{study_id}" for study_id in study_ids))
+            self.notifier.notify(*(Channel.step(study_id) for study_id in study_ids))
             return
         self._loop.call_soon_threadsafe(self._add, study_ids)
 
     def follow(self) -> None:
         """Step the studies other processes' `wake` names (this is the scheduler process)."""
-        self.notifier.on("step:", lambda channel: self._add((int(channel[5:]),)))
+        self.notifier.on(Channel.STEP, lambda channel: self._add((Channel.step_study(channel),)))
 
     def _add(self, study_ids: tuple[int, ...]) -> None:
         self._pending.update(study_ids)
@@ -113,10 +116,6 @@ class Scheduler:
             assert self._loop is not None
             self._loop.call_later(RETRY_BUSY_S, self._add, (study_id,))
             return
-        if report.queued or report.promoted:
-            self.notifier.notify_some(f"pool:{report.pool}", report.queued + report.promoted)
-        if report.changed:
-            self.notifier.notify(f"study:{study_id}", "studies")
         if report.more:
             self._pending.add(study_id)
         if self._pending and self._event is not None:
@@ -130,7 +129,7 @@ class Scheduler:
         except Exception:
             self.cache.drop(study_id)
             log.exception("the scheduling step of study %d failed; it will be retried", study_id)
-            return StepReport(study_id, "", more=False)
+            return StepReport(study_id, more=False)
         self.steps += 1
         if report is not None and report.locked_at:  # from the study's lock to the commit
             self.observe(time.perf_counter() - report.locked_at)

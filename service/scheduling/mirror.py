@@ -224,7 +224,7 @@ class Mirror:
                     measured = float(screened[constraint["metric"]])
                     constraints[f"{CONSTRAINT_PREFIX}{i}"] = constraint_value(constraint, measured)
             return OptunaState.COMPLETE, values, constraints
-        if row.state == "completed" and row.values:
+        if row.state == TrialState.COMPLETED and row.values:
             values = self._note([float(row.values[name]) for name in self.objectives])
             if self.failures_as_infeasible:
                 constraints[f"{CONSTRAINT_PREFIX}failed"] = 0.0

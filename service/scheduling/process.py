@@ -45,6 +45,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, metrics_por
     await notifier.start()
     cache = MirrorCache(catalog=ControlsCatalog(settings.controls_catalog))
     scheduler = Scheduler(db, cache, notifier, settings, observe=step_seconds.observe)
+    db.send_effects_to(notifier, scheduler)
     await scheduler.start()
     scheduler.follow()
     gc.collect()

@@ -18,21 +18,20 @@ from service.domain.states import TrialState, waiting_state
 from service.scheduling import screening
 from service.scheduling.mirror import Mirror
 from service.store.models import Study, Trial
-from service.trials.transitions import move
+from service.trials.transitions import transition
 from wire.contract import FailureReason
 
 
-def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]) -> int:
-    """Decide every trial of `screened` (state screened); returns how many were queued."""
+def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]) -> None:
+    """Decide every trial of `screened` (state screened)."""
     rule = screening.Rule.of(study.document["measure"]["promote"])
     members = front_members(session, study.id)
-    queued = 0
     for trial in screened:
         data = dict(trial.screening or {})
         decision = screening.decide(study.objectives, intervals(data), members, rule, baseline=trial.is_baseline)
         data.update(promoted=decision.promote, dominated_by=decision.by, told=decision.told, reason=decision.reason)
         if not decision.promote:
-            move(session, trial, TrialState.SCREENED_OUT, told=True, screening=data)
+            transition(session, trial, TrialState.SCREENED_OUT, told=True, screening=data)
             study.n_screened_out += 1
             mirror.learn(trial)
             continue
@@ -44,11 +43,9 @@ def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]
         if target == TrialState.CANCELLED:  # its study finished while it was screened
             fields.update(failure_reason=FailureReason.CANCELLED.value, told=True)
             study.n_cancelled += 1
-        move(session, trial, target, **fields)
+        transition(session, trial, target, **fields)
         if target == TrialState.CANCELLED:
             mirror.learn(trial)
-        queued += target == TrialState.QUEUED
-    return queued
 
 
 def intervals(data: dict[str, Any]) -> dict[str, screening.Interval]:

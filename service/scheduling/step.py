@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
 from service.domain import schedule
-from service.domain.states import STUDY_FINISHED, TRIAL_REPORTED, TrialState
+from service.domain.states import STUDY_FINISHED, TRIAL, TRIAL_REPORTED, StudyState, TrialState
 from service.scheduling import feasibility, fronts, promotion
 from service.scheduling.asks import SamplerWaits, SpaceExhausted
 from service.scheduling.mirror import Mirror, MirrorCache, StudyMirror
@@ -34,7 +34,7 @@ from service.studies import document as sd
 from service.studies import lifecycle
 from service.trials import queries
 from service.trials.queries import LIGHT
-from service.trials.transitions import move, touch, touch_ids
+from service.trials.transitions import announce, touch, touch_ids, transition
 from wire.contract import FailureReason
 
 ASKS_PER_STEP = 64  # one step asks for at most this many trials...
@@ -50,10 +50,8 @@ ACCOUNTED_COLUMNS = ("completed_index", "relative", "on_front", "hypervolume_aft
 @dataclass
 class StepReport:
     study_id: int
-    pool: str
     accounted: int = 0
     queued: int = 0
-    promoted: int = 0  # screened trials queued again for their full stage
     more: bool = False  # the study has more to do right away (another step)
     changed: bool = False
     locked_at: float = 0.0  # perf_counter() when the study's lock was taken
@@ -64,8 +62,8 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     study = lock_study(session, study_id, skip_locked=not wait)
     if study is None:
         exists = session.execute(select(Study.id).where(Study.id == study_id)).scalar_one_or_none()
-        return None if exists is not None else StepReport(study_id, "")
-    report = StepReport(study.id, study.pool, locked_at=time.perf_counter())
+        return None if exists is not None else StepReport(study_id)
+    report = StepReport(study.id, locked_at=time.perf_counter())
     untold = list(session.execute(
         select(Trial).options(*LIGHT).where(Trial.study_id == study.id, Trial.told.is_(False),
                                             Trial.state.in_([s.value for s in TRIAL_REPORTED]))
@@ -77,7 +75,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     # every sequence number the step may need, in one round trip (unused ones are skipped)
     seqs = iter(next_seqs(session, len(untold) + min(ASKS_PER_STEP, study.parallelism) + 1))
     if untold:
-        report.promoted = _account(session, study, mirror, untold, seqs)
+        _account(session, study, mirror, untold, seqs)
         report.accounted = len(untold)
         report.more = len(untold) == TELLS_PER_STEP
     pace = (max(1, report.accounted), report.locked_at + ASK_UNTIL_S)
@@ -94,8 +92,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     return report
 
 
-def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[Trial], seqs: Iterator[int]) -> int:
-    """Returns how many screened trials were queued for their full stage."""
+def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[Trial], seqs: Iterator[int]) -> None:
     if mirror.front is None:
         mirror.front = fronts.load_front(session, study)
     completed: list[Trial] = []
@@ -123,10 +120,9 @@ def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[T
         for name in ACCOUNTED_COLUMNS:
             flag_modified(trial, name)
     touch_ids(session, left - here.keys(), on_front=False)  # event streams see them leave the front
-    if not screened:
-        return 0
-    assert isinstance(mirror, Mirror), "a study that screens has an Optuna sampler (documents refuse compileiq's)"
-    return promotion.decide(session, study, mirror, screened)
+    if screened:
+        assert isinstance(mirror, Mirror), "a study that screens has an Optuna sampler (documents refuse compileiq's)"
+        promotion.decide(session, study, mirror, screened)
 
 
 def counts_of(session: Session, study: Study) -> schedule.Counts:
@@ -227,7 +223,7 @@ def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, count
         trial = Trial(
             study_id=study.id,
             number=study.n_created,
-            state=TrialState.QUEUED.value,
+            state=TRIAL.initial.value,
             seq=next(seqs, None) or next_seq(session),
             pool=study.pool,
             backend=study.backend,
@@ -242,6 +238,7 @@ def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, count
         session.add(trial)
         study.n_created += 1
         if refusal is None:
+            announce(session, study.id, study.pool, TRIAL.initial)
             asked.trials.append((trial, optuna_id))
             asked.queued += 1
             asked.budget_left -= 1
@@ -266,7 +263,7 @@ def _refuse(session: Session, study: Study, mirror: StudyMirror, trial: Trial, o
     """Fail a proposal that cannot launch before any worker sees it, account for it and tell
     the sampler now, so that the next proposal of this step already knows."""
     session.flush()  # its id, for the sampler mirror
-    move(session, trial, TrialState.FAILED, failure_reason=FailureReason.INFEASIBLE.value,
+    transition(session, trial, TrialState.FAILED, failure_reason=FailureReason.INFEASIBLE.value,
          message=refusal.message, compile_report=refusal.report(), told=True)
     study.n_failed += 1
     mirror.adopt(trial, optuna_id)
@@ -282,7 +279,8 @@ def pending_studies(session: Session, limit: int = 1000) -> list[int]:
     # infeasible trials (among the failed) may not count against max_trials: a study has room
     # only if its trials less its failed ones are under it, and its step decides
     room = select(Study.id).where(
-        Study.state == "running", Study.n_created - Study.n_failed < Study.max_trials, active < Study.parallelism
+        Study.state == StudyState.RUNNING.value, Study.n_created - Study.n_failed < Study.max_trials,
+        active < Study.parallelism,
     )
     ids = {row[0] for row in session.execute(untold.limit(limit))}
     ids |= {row[0] for row in session.execute(room.limit(limit))}

@@ -1,4 +1,5 @@
-"""Engine, sessions and the few database-specific primitives (row locks, sequences)."""
+"""Engine, sessions (which send their transaction's effects once it commits) and the few
+database-specific primitives (row locks, sequences)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, select, text, u
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from service.store.effects import Notifications, Steps, effects, take
 from service.store.models import Counter, Study
 
 T = TypeVar("T")
@@ -35,8 +37,10 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         self.engine = _make_engine(url, pool_size)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
-        event.listen(self.sessions, "after_commit", _run_after_commit)
-        event.listen(self.sessions, "after_rollback", _forget_after_commit)
+        self._notifier: Notifications | None = None
+        self._scheduler: Steps | None = None
+        event.listen(self.sessions, "after_commit", self._send_effects)
+        event.listen(self.sessions, "after_rollback", take)
         # a plain Lock: a request's session may be opened and closed on different threads
         self._write_lock = threading.Lock()
         self._locked_at = 0.0
@@ -52,6 +56,16 @@ class Database:
         # Scheduling steps have threads of their own: behind hundreds of long-polls in the
         # jobs queue they would starve, and the queue they refill would run dry.
         self._steps = ThreadPoolExecutor(STEP_THREADS, thread_name_prefix="db-step")
+
+    def send_effects_to(self, notifier: Notifications, scheduler: Steps) -> None:
+        """Where the wake-ups of committed transactions go (service.store.effects): this
+        process's notifier and scheduler. Until then only their callbacks run."""
+        self._notifier, self._scheduler = notifier, scheduler
+
+    def _send_effects(self, session: Session) -> None:
+        committed = take(session)
+        if committed is not None:
+            committed.send(self._notifier, self._scheduler)
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
         """Self-contained database work (it opens and ends its own session) off the event loop."""
@@ -141,18 +155,9 @@ class Database:
 
 
 def after_commit(session: Session, callback: Callable[[], None]) -> None:
-    """Run `callback` once the session's transaction has committed (not if it rolls back):
-    wake-ups must not reach anyone before what they announce is visible."""
-    session.info.setdefault("after_commit", []).append(callback)
-
-
-def _run_after_commit(session: Session) -> None:
-    for callback in session.info.pop("after_commit", []):
-        callback()
-
-
-def _forget_after_commit(session: Session) -> None:
-    session.info.pop("after_commit", None)
+    """Run `callback` once the session's transaction has committed (not if it rolls back),
+    with the transaction's other effects."""
+    effects(session).after(callback)
 
 
 def _make_engine(url: str, pool_size: int) -> Engine:

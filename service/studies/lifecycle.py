@@ -1,6 +1,6 @@
 """A study's life: creation, pause, resume, cancel and its end. Every change of a study's
-state goes through `set_state`, which checks it against the state machine and records it
-(a new sequence number and updated_at)."""
+state goes through `transition`, which checks it against the study's state machine, records
+it (a new sequence number and updated_at) and registers what it wakes."""
 
 from __future__ import annotations
 
@@ -8,27 +8,38 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.domain.machines import IllegalTransition
 from service.domain.schedule import Settlement
-from service.domain.states import STUDY_FINISHED, TRIAL_WAITING, IllegalTransition, StudyState, TrialState, check_study
+from service.domain.states import STUDY, STUDY_FINISHED, TRIAL_WAITING, StudyState, TrialState
 from service.errors import Conflict, NotFound
+from service.notify import Channel
 from service.store.db import lock_study, next_seq
+from service.store.effects import effects
 from service.store.models import Study, as_utc, utcnow
 from service.studies import document as sd
-from service.trials.transitions import move_all
+from service.trials.transitions import transition_all
+from wire.contract import FailureReason
 
 
-def set_state(session: Session, study: Study, new: StudyState, reason: str | None = None) -> None:
-    target = check_study(study.state, new)
+def transition(session: Session, study: Study, to: StudyState, **fields: Any) -> None:
+    """Move a study to `to`, changing `fields` with it (a finished study's finish_reason).
+    A study that runs again wakes its step, which queues its trials."""
+    target = STUDY.check(study.state, to)
+    for name, value in fields.items():
+        setattr(study, name, value)
     study.state = target.value
     if target in STUDY_FINISHED:
-        study.finish_reason, study.finished_at = reason, utcnow()
+        study.finished_at = utcnow()
     touch(session, study)
+    if target == StudyState.RUNNING:
+        effects(session).wake_step(study.id)
 
 
 def touch(session: Session, study: Study, seq: int | None = None) -> None:
     """The study changed: its event streams send it again (`seq`: a value the caller drew)."""
     study.updated_at = utcnow()
     study.seq = seq if seq is not None else next_seq(session)
+    effects(session).notify(Channel.study(study.id), Channel.STUDIES)
 
 
 def create(session: Session, team_id: int, token_id: int | None, document: dict[str, Any]) -> Study:
@@ -38,7 +49,7 @@ def create(session: Session, team_id: int, token_id: int | None, document: dict[
     study = Study(
         team_id=team_id,
         name=document["name"],
-        state=StudyState.RUNNING.value,
+        state=STUDY.initial.value,
         document=document,
         objectives=objectives,
         pool=document["pool"],
@@ -56,6 +67,8 @@ def create(session: Session, team_id: int, token_id: int | None, document: dict[
     )
     session.add(study)
     session.flush()
+    effects(session).wake_step(study.id)  # its step queues the first trials
+    effects(session).notify(Channel.STUDIES)
     return study
 
 
@@ -67,8 +80,8 @@ def past_wall_time(study: Study) -> bool:
 
 def cancel_waiting(session: Session, study: Study) -> int:
     """Cancel the study's queued and paused trials; they are accounted for at once."""
-    cancelled = move_all(session, study.id, TRIAL_WAITING, TrialState.CANCELLED, failure_reason="cancelled",
-                         told=True)
+    cancelled = transition_all(session, study.id, TRIAL_WAITING, TrialState.CANCELLED,
+                               failure_reason=FailureReason.CANCELLED.value, told=True)
     study.n_cancelled += len(cancelled)
     return len(cancelled)
 
@@ -76,7 +89,7 @@ def cancel_waiting(session: Session, study: Study) -> int:
 def apply_settlement(session: Session, study: Study, settlement: Settlement) -> None:
     cancel_waiting(session, study)
     if settlement.finish_now:
-        set_state(session, study, settlement.state, settlement.reason)
+        transition(session, study, settlement.state, finish_reason=settlement.reason)
     else:
         touch(session, study)
 
@@ -88,14 +101,14 @@ def change(session: Session, study_id: int, action: str) -> Study:
         raise NotFound(f"no study {study_id}", field="study_id")
     try:
         if action == "pause":
-            set_state(session, study, StudyState.PAUSED)
-            move_all(session, study.id, [TrialState.QUEUED], TrialState.PAUSED)
+            transition(session, study, StudyState.PAUSED)
+            transition_all(session, study.id, [TrialState.QUEUED], TrialState.PAUSED)
         elif action == "resume":
-            set_state(session, study, StudyState.RUNNING)
-            move_all(session, study.id, [TrialState.PAUSED], TrialState.QUEUED)
+            transition(session, study, StudyState.RUNNING)
+            transition_all(session, study.id, [TrialState.PAUSED], TrialState.QUEUED)
         else:
             cancel_waiting(session, study)
-            set_state(session, study, StudyState.CANCELLED, "cancelled by user")
+            transition(session, study, StudyState.CANCELLED, finish_reason="cancelled by user")
     except IllegalTransition as exc:
         raise Conflict(_refusal(action, study.state), field="state") from exc
     return study

@@ -13,7 +13,6 @@ from service.artifacts import catalog
 from service.controls import studies as controls
 from service.domain.states import StudyState
 from service.errors import Invalid
-from service.store.db import after_commit
 from service.store.models import Study
 from service.studies import document as sd
 from service.studies import documents, lifecycle, warm_start
@@ -52,8 +51,6 @@ def create_study(
     warm_start.resolve(session, principal.team_id, normalised)
     controls.resolve(session, state.catalog, normalised)
     study = lifecycle.create(session, principal.team_id, principal.token_id, normalised)
-    after_commit(session, lambda: state.scheduler.wake(study.id))  # its step queues the first trials
-    after_commit(session, lambda: state.notifier.notify("studies"))
     return StudyOut.of(study, with_document=True)
 
 
@@ -82,26 +79,24 @@ def get_study(study_id: StudyId, principal: PrincipalDep, session: ReadSession) 
     return StudyOut.of(study, with_document=True, infeasible=infeasible)
 
 
-def _change(study_id: int, action: str, state: StateDep, principal: PrincipalDep, session: WriteSession) -> StudyOut:
+def _change(study_id: int, action: str, principal: PrincipalDep, session: WriteSession) -> StudyOut:
     visible_study(session, principal, study_id, role="member")
     study = lifecycle.change(session, study_id, action)
-    after_commit(session, lambda: state.scheduler.wake(study_id))
-    after_commit(session, lambda: state.notifier.notify(f"pool:{study.pool}", f"study:{study_id}", "studies"))
     return StudyOut.of(study, infeasible=queries.infeasible_counts(session, [study.id]).get(study.id, 0))
 
 
 @router.post("/{study_id}/pause", response_model=StudyOut)
-def pause(study_id: StudyId, state: StateDep, principal: PrincipalDep, session: WriteSession) -> StudyOut:
+def pause(study_id: StudyId, principal: PrincipalDep, session: WriteSession) -> StudyOut:
     """Stop handing out trials; running ones may finish."""
-    return _change(study_id, "pause", state, principal, session)
+    return _change(study_id, "pause", principal, session)
 
 
 @router.post("/{study_id}/resume", response_model=StudyOut)
-def resume(study_id: StudyId, state: StateDep, principal: PrincipalDep, session: WriteSession) -> StudyOut:
-    return _change(study_id, "resume", state, principal, session)
+def resume(study_id: StudyId, principal: PrincipalDep, session: WriteSession) -> StudyOut:
+    return _change(study_id, "resume", principal, session)
 
 
 @router.post("/{study_id}/cancel", response_model=StudyOut)
-def cancel(study_id: StudyId, state: StateDep, principal: PrincipalDep, session: WriteSession) -> StudyOut:
+def cancel(study_id: StudyId, principal: PrincipalDep, session: WriteSession) -> StudyOut:
     """Cancel waiting trials and finish the study; running trials are told to stop."""
-    return _change(study_id, "cancel", state, principal, session)
+    return _change(study_id, "cancel", principal, session)

@@ -24,6 +24,7 @@ from service.api.schemas import (
 )
 from service.domain.states import STUDY_FINISHED
 from service.errors import NotFound
+from service.notify import Channel
 from service.store.models import Study
 from service.studies.access import visible_study
 from service.trials import queries
@@ -143,7 +144,7 @@ async def _event_stream(state: AppState, request: Request, study_id: int, cursor
             return
         if not follow or await request.is_disconnected():
             return
-        await state.notifier.wait(f"study:{study_id}", 15.0 if state.settings.redis_url else
+        await state.notifier.wait(Channel.study(study_id), 15.0 if state.settings.redis_url else
                                   state.settings.poll_interval_s)
         if time.monotonic() - last_sent > KEEPALIVE_S:  # keeps proxies from closing an idle stream
             yield ": keep-alive\n\n"

@@ -1,6 +1,7 @@
-"""Every change of a trial's state goes through here: the change is checked against the
-state machine (service.domain.states), and the trial gets a new sequence number, which is
-its event: event streams and sampler mirrors follow trials by sequence number."""
+"""Every change of a trial's state goes through here: the move is checked against the
+trial's state machine (service.domain.states), the trial gets a new sequence number, which
+is its event (event streams and sampler mirrors follow trials by sequence number), and what
+the move wakes is registered for after the commit (service.store.effects)."""
 
 from __future__ import annotations
 
@@ -11,26 +12,34 @@ from typing import Any
 from sqlalchemy import JSON, ColumnElement, Update, bindparam, select, text, update
 from sqlalchemy.orm import Session
 
-from service.domain.states import TRIAL_FINISHED, TrialState, check_trial
+from service.domain.states import TRIAL, TRIAL_FINISHED, TRIAL_REPORTED, TrialState
+from service.notify import Channel
 from service.store.db import is_postgres, next_seq, next_seqs
+from service.store.effects import effects
 from service.store.models import TRIALS, JsonParam, Trial, utcnow
 
 
-def move(session: Session, trial: Trial, new: TrialState, *, seq: int | None = None, **fields: Any) -> None:
-    """Change one trial's state (and any other fields with it)."""
-    target = check_trial(trial.state, new)
+def transition(session: Session, trial: Trial, to: TrialState, *, seq: int | None = None, **fields: Any) -> None:
+    """Move one trial to `to`, changing `fields` with it."""
+    target = TRIAL.check(trial.state, to)
     if seq is None:  # drawn first: drawing it flushes, and one UPDATE should carry the whole change
         seq = next_seq(session)
-    trial.state = target.value
     for name, value in fields.items():
         setattr(trial, name, value)
+    trial.state = target.value
     if target in TRIAL_FINISHED and trial.finished_at is None:
         trial.finished_at = utcnow()
     trial.seq = seq
+    announce(session, trial.study_id, trial.pool, target, told=bool(trial.told))
 
 
-def move_all(session: Session, study_id: int, old: Iterable[TrialState], new: TrialState, **fields: Any) -> list[Trial]:
-    """Change every trial of a study in one of the `old` states; returns them. On Postgres a
+# the name the lease queue (service.trials.leases) calls it by
+move = transition
+
+
+def transition_all(session: Session, study_id: int, old: Iterable[TrialState], to: TrialState,
+                   **fields: Any) -> list[Trial]:
+    """Move every trial of a study in one of the `old` states; returns them. On Postgres a
     row that a lease has locked meanwhile is skipped (it is running by the time it commits)."""
     stmt = (select(Trial).where(Trial.study_id == study_id, Trial.state.in_([s.value for s in old]))
             .order_by(Trial.id).execution_options(populate_existing=True))
@@ -38,8 +47,21 @@ def move_all(session: Session, study_id: int, old: Iterable[TrialState], new: Tr
         stmt = stmt.with_for_update(skip_locked=True)
     rows = list(session.execute(stmt).scalars())
     for row, seq in zip(rows, next_seqs(session, len(rows)), strict=True):
-        move(session, row, new, seq=seq, **fields)
+        transition(session, row, to, seq=seq, **fields)
     return rows
+
+
+def announce(session: Session, study_id: int, pool: str, to: TrialState, *, told: bool = False) -> None:
+    """Register what a trial's move to `to` wakes once committed: its study's event streams;
+    a worker of its pool when it is queued; its study's step when the step has a report to
+    account for. `transition` does it for every move; a hot path that moves a trial with
+    `move_statement` does it through here."""
+    woken = effects(session)
+    woken.notify(Channel.study(study_id))
+    if to == TrialState.QUEUED:
+        woken.queued(pool)
+    elif to in TRIAL_REPORTED and not told:
+        woken.wake_step(study_id)
 
 
 def move_statement(postgres: bool, old: TrialState, new: TrialState, where: ColumnElement[bool],
@@ -55,7 +77,7 @@ def move_statement(postgres: bool, old: TrialState, new: TrialState, where: Colu
     the ORM's per-statement machinery is skipped (a quarter of a lease's server time). Built
     once, it is not built, compared and looked up in the compiled cache on every request
     either (0.8 ms of a lease's CPU on a slow 2-core machine)."""
-    check_trial(old, new)
+    TRIAL.check(old, new)
     names = [*params, *(["finished_at"] if new in TRIAL_FINISHED else [])]
     values = {name: bindparam(f"v_{name}", type_=_param_type(TRIALS.c[name].type)) for name in names}
     seq = text("nextval('trial_seq')") if postgres else bindparam("v_seq", type_=TRIALS.c.seq.type)
@@ -80,7 +102,8 @@ def move_params(session: Session, new: TrialState, **values: Any) -> dict[str, A
 def touch(session: Session, trials: Sequence[Trial], seqs: Iterator[int] | None = None) -> None:
     """New sequence numbers for trials whose state stays but whose shown fields changed
     (front membership, ratios), so that event streams send them again (taken from `seqs`,
-    values the caller drew, while it lasts)."""
+    values the caller drew, while it lasts). Only a study's step touches trials, and it
+    touches the study with them, which wakes the study's event streams."""
     drawn = list(itertools.islice(seqs, len(trials))) if seqs is not None else []
     drawn += next_seqs(session, len(trials) - len(drawn))
     for trial, seq in zip(trials, drawn, strict=True):

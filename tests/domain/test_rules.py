@@ -10,53 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.domain import results, schedule
-from service.domain.states import (
-    STUDY_TRANSITIONS,
-    TRIAL_FINISHED,
-    TRIAL_TRANSITIONS,
-    IllegalTransition,
-    StudyState,
-    TrialState,
-    after_expired_lease,
-    check_study,
-    check_trial,
-)
+from service.domain.states import TRIAL, StudyState, TrialState, after_expired_lease
 from service.studies.space import MAX_GRID_POINTS, GridOrder, SearchSpace
 
-# --- state machines -----------------------------------------------------------------------
-
-
-def test_finished_trials_and_studies_never_change_again() -> None:
-    for state in TRIAL_FINISHED:
-        for target in TrialState:
-            with pytest.raises(IllegalTransition):
-                check_trial(state, target)
-    for state in (StudyState.COMPLETED, StudyState.CANCELLED, StudyState.FAILED):
-        for target in StudyState:
-            with pytest.raises(IllegalTransition):
-                check_study(state, target)
-
-
-def test_every_trial_path_goes_through_running_to_finish() -> None:
-    """A trial is finished only by a result (from running), by cancellation while it waits,
-    or by the service's refusal of a configuration that cannot launch (queued -> failed):
-    nothing completes without having been leased."""
-    for old, targets in TRIAL_TRANSITIONS.items():
-        for new in TrialState:
-            allowed = new in targets
-            if allowed:
-                assert check_trial(old, new) == new
-            else:
-                with pytest.raises(IllegalTransition):
-                    check_trial(old, new)
-    finishing = {(old, new) for old, targets in TRIAL_TRANSITIONS.items() for new in targets if new in TRIAL_FINISHED}
-    # besides cancellation, only a screened trial (leased and measured) finishes off a lease,
-    # and a queued one fails unleased only when the service refuses it as infeasible
-    assert {(old, new) for old, new in finishing if old != TrialState.RUNNING and new != TrialState.CANCELLED} == {
-        (TrialState.SCREENED, TrialState.SCREENED_OUT), (TrialState.QUEUED, TrialState.FAILED)}
-    assert [old for old, targets in TRIAL_TRANSITIONS.items() if TrialState.SCREENED in targets] == [TrialState.RUNNING]
-    assert not any(StudyState.RUNNING in targets for state, targets in STUDY_TRANSITIONS.items()
-                   if state != StudyState.PAUSED)
+# --- where an expired lease's trial goes (the machines themselves: test_state_machines) ---
 
 
 @pytest.mark.parametrize(("attempt", "max_attempts", "study", "expected"), [
@@ -71,7 +28,7 @@ def test_an_expired_lease_goes_back_as_its_study_is(attempt: int, max_attempts: 
                                                     expected: TrialState) -> None:
     target = after_expired_lease(attempt, max_attempts, study)
     assert target == expected
-    check_trial(TrialState.RUNNING, target)  # and the machine allows it
+    TRIAL.check(TrialState.RUNNING, target)  # and the machine allows it
 
 
 # --- scheduling ---------------------------------------------------------------------------
