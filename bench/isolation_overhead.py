@@ -23,6 +23,7 @@ from typing import Any
 from wire.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape
 from wire.kernels import get_builtin
 from workers.cache import ArtifactCache
+from workers.sandbox.context import Context
 from workers.sandbox.stages import execute_trial
 
 MEASURE = MeasureSettings(warmup_s=0.001, min_repeats=3, max_repeats=5, target_s=0.005)
@@ -43,7 +44,7 @@ def sandboxes() -> dict[str, Any]:
     """Each level this host allows, by name; {"original": None} for a tree without them."""
     try:
         from workers.sandbox.isolation import IsolationUnavailable, choose
-        from workers.sandbox.jobs import Sandbox
+        from workers.sandbox.sandbox import Sandbox
     except ImportError:
         return {"original": None}
     found: dict[str, Any] = {}
@@ -61,15 +62,15 @@ def sandboxes() -> dict[str, Any]:
 def measure(levels: dict[str, Any], trials: int) -> dict[str, dict[str, list[float]]]:
     caches = {name: ArtifactCache(Path(tempfile.mkdtemp(prefix="overhead-"))) for name in levels}
     walls: dict[str, dict[str, list[float]]] = {name: {"miss": [], "hit": []} for name in levels}
-    for name, sandbox in levels.items():
-        kwargs = {"sandbox": sandbox} if sandbox is not None else {}
-        execute_trial(spec(0, unique=False), caches[name], **kwargs)  # the hit case's build
+    contexts = {name: Context(caches[name], sandbox) if sandbox is not None else Context(caches[name])
+                for name, sandbox in levels.items()}
+    for name in levels:
+        execute_trial(spec(0, unique=False), contexts[name])  # the hit case's build
     for number in range(1, trials + 1):
-        for name, sandbox in levels.items():
-            kwargs = {"sandbox": sandbox} if sandbox is not None else {}
+        for name in levels:
             for case in ("miss", "hit"):
                 started = time.perf_counter()
-                result = execute_trial(spec(number, unique=case == "miss"), caches[name], **kwargs)
+                result = execute_trial(spec(number, unique=case == "miss"), contexts[name])
                 walls[name][case].append((time.perf_counter() - started) * 1e3)
                 assert result is not None and result.status == "completed", result and result.message
     return walls

@@ -41,7 +41,8 @@ from wire.artifact_controls import controls_for, kernel_identity  # noqa: E402
 from wire.contract import KernelSpec, MeasureSettings, ValidationCandidate, ValidationSpec  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
 from workers.runtime import ArtifactStore, detect_target  # noqa: E402
-from workers.validation.job import execute_validation  # noqa: E402
+from workers.sandbox.context import Context  # noqa: E402
+from workers.validation.stages import execute_validation  # noqa: E402
 
 SETTINGS = MeasureSettings(warmup_s=0.1, min_repeats=20, max_repeats=2000, target_s=0.2, hot_window_s=0.5)
 CPU_SETTINGS = MeasureSettings(warmup_s=0.01, min_repeats=5, max_repeats=50, target_s=0.05, hot_window_s=0.2)
@@ -77,7 +78,7 @@ def validate(
         run_timeout_s=1800,
     )
     started = time.perf_counter()
-    report = execute_validation(spec, cache)
+    report = execute_validation(spec, Context(cache))
     assert report is not None
     row: dict[str, Any] = {
         "kernel": name,

@@ -44,10 +44,11 @@ from wire.contract import KernelSpec, MeasureSettings, SandboxLimits, TrialSpec 
 from wire.kernels import get_builtin  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
 from workers.fingerprint import usable_cpus  # noqa: E402
+from workers.sandbox.context import Context  # noqa: E402
 from workers.sandbox.isolation import IsolationUnavailable, choose  # noqa: E402
-from workers.sandbox.jobs import Sandbox  # noqa: E402
 from workers.sandbox.limits import caps  # noqa: E402
 from workers.sandbox.runner import RunnerPool  # noqa: E402
+from workers.sandbox.sandbox import Sandbox  # noqa: E402
 from workers.sandbox.stages import execute_trial  # noqa: E402
 
 # run_studies.py's GPU profile: what the worker measures in the GEMM studies
@@ -82,8 +83,9 @@ class Level:
 
     def run(self, spec: TrialSpec, cpus: dict[str, list[int]]) -> dict[str, Any]:
         started = time.perf_counter()
-        result = execute_trial(spec, self.cache, compile_cpus=cpus["compile"], run_cpus=cpus["measure"],
-                               sandbox=self.sandbox, runners=self.runners)
+        context = Context(self.cache, self.sandbox, self.runners, compile_cpus=cpus["compile"],
+                          run_cpus=cpus["measure"])
+        result = execute_trial(spec, context)
         assert result is not None
         row: dict[str, Any] = {"level": self.name, "status": result.status, "wall_s": time.perf_counter() - started,
                                "message": result.message[:500], "timings": result.timings,

@@ -25,6 +25,7 @@ from wire.contract import KernelSpec, MeasureSettings, TrialSpec  # noqa: E402
 from wire.kernels import get_builtin  # noqa: E402
 from workers.backends import probe_backends  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
+from workers.sandbox.context import Context  # noqa: E402
 from workers.sandbox.stages import execute_trial  # noqa: E402
 
 OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms", "latency_ms", "power_w"]
@@ -72,7 +73,7 @@ def trial(backend: str, name: str, config: dict[str, Any], **kernel: Any) -> Tri
 
 def run(cache: ArtifactCache, spec: TrialSpec) -> dict[str, Any]:
     started = time.perf_counter()
-    result = execute_trial(spec, cache)
+    result = execute_trial(spec, Context(cache))
     assert result is not None
     row: dict[str, Any] = {
         "kernel": spec.kernel.builtin,

@@ -26,7 +26,7 @@ from workers.cli import resolve_token
 from workers.sandbox import limits as isolation_limits
 from workers.sandbox.files import UnsafeFile
 from workers.sandbox.isolation import IsolationUnavailable, choose, reserve_uids, sandbox_env
-from workers.sandbox.jobs import Sandbox
+from workers.sandbox.sandbox import Sandbox
 from workers.sandbox.procs import descendants, kill_uid, processes_of_uid
 
 KEY = "cd" + "1" * 62
@@ -395,16 +395,17 @@ def _trial(study_id: int, marker: str):  # type: ignore[no-untyped-def]
 def test_a_warm_runner_in_namespaces_loses_what_each_trial_left_and_serves_one_study(tmp_path):
     from plant import with_marker
 
+    from workers.sandbox.context import Context
     from workers.sandbox.runner import RunnerPool
     from workers.sandbox.stages import execute_trial
 
     sandbox = Sandbox(work_root=tmp_path / "work")
     sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[])
     pool = RunnerPool(sandbox.root / "runners", sandbox=sandbox)
-    cache = ArtifactCache(tmp_path / "cache")
+    context = Context(ArtifactCache(tmp_path / "cache"), sandbox, pool)
     marker = f"left-{uuid.uuid4().hex}"
     try:
-        served = [execute_trial(_trial(study, marker), cache, sandbox=sandbox, runners=pool) for study in (1, 1, 2)]
+        served = [execute_trial(_trial(study, marker), context) for study in (1, 1, 2)]
         assert all(r is not None and r.status == "completed" for r in served), served
         processes = [r.metrics["process"].value for r in served]
         assert processes[0] == processes[1] != processes[2]  # one study per runner
@@ -424,6 +425,7 @@ def _objective_in_sandbox(root: Path, level: str, code: str, objectives: list[st
     offered path under `root` (which the sandbox uid must be able to pass through)."""
     from wire.contract import TrialSpec
     from workers.backends.python_backend import PYTHON_PATHS_ENV
+    from workers.sandbox.context import Context
     from workers.sandbox.stages import execute_trial
 
     offered = root / "objectives"
@@ -436,7 +438,7 @@ def _objective_in_sandbox(root: Path, level: str, code: str, objectives: list[st
                          kernel=KernelSpec(backend="python", source="team_objective:f",
                                            options={"path": str(offered)}),
                          config={}, objectives=objectives, compile_timeout_s=60, run_timeout_s=60)
-        result = execute_trial(spec, ArtifactCache(root / "cache"), sandbox=sandbox)
+        result = execute_trial(spec, Context(ArtifactCache(root / "cache"), sandbox))
     finally:
         sandbox.close()
     assert result is not None and result.status == "completed", result and result.message
@@ -518,17 +520,19 @@ def _python_trial(source: str, entry: str, **sandbox: int):  # type: ignore[no-u
 
 
 def test_cpu_time_is_limited_and_named(tmp_path):
+    from workers.sandbox.context import Context
     from workers.sandbox.stages import execute_trial
 
     started = time.monotonic()
     result = execute_trial(_python_trial("def burn(config):\n    while True:\n        pass\n", "burn", cpu_s=1),
-                           ArtifactCache(tmp_path / "cache"))
+                           Context(ArtifactCache(tmp_path / "cache")))
     assert result is not None and result.failure_reason == "crash"
     assert "SIGXCPU" in result.message and "exceeded its CPU time limit of 1 s (limits.sandbox.cpu_s)" in result.message
     assert time.monotonic() - started < 20
 
 
 def test_each_job_has_its_own_triton_cache_and_paths_recorded_in_a_build_follow_it(tmp_path):
+    from workers.sandbox.context import Context
     from workers.sandbox.jobs import TOOL_CACHE, Job
     from workers.sandbox.stages import execute_trial, place_build
 
@@ -541,8 +545,8 @@ def test_each_job_has_its_own_triton_cache_and_paths_recorded_in_a_build_follow_
     sandbox = Sandbox(work_root=tmp_path / "work")
     sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[])
     try:
-        result = execute_trial(_python_trial(reports_its_cache, "where"), ArtifactCache(tmp_path / "cache"),
-                               sandbox=sandbox)
+        result = execute_trial(_python_trial(reports_its_cache, "where"), Context(ArtifactCache(tmp_path / "cache"),
+                                                                                 sandbox))
         assert result is not None and result.metrics["f1"].value == 1.0, result
         built = tmp_path / "stage" / "build"
         (built / TOOL_CACHE / "abc").mkdir(parents=True)

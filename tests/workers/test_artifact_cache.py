@@ -12,6 +12,7 @@ from conftest import PLANTED, cpu_source_kernel, make_spec
 from workers.backends.base import CompiledKernel
 from workers.backends.cpu import CpuBackend
 from workers.cache import ArtifactCache
+from workers.sandbox.context import Context
 from workers.sandbox.stages import compile_trial
 
 KEY = "ab" + "0" * 62
@@ -80,9 +81,9 @@ def test_prune_drops_least_recently_used(cache):
 
 def test_compile_is_cached_by_source_flags_and_compiler(cache):
     kernel = cpu_source_kernel(PLANTED["good"])
-    first = compile_trial(make_spec(kernel, {"opt": "-O2"}), cache)
-    again = compile_trial(make_spec(kernel, {"opt": "-O2"}), cache)
-    other = compile_trial(make_spec(kernel, {"opt": "-O3"}), cache)
+    first = compile_trial(make_spec(kernel, {"opt": "-O2"}), Context(cache))
+    again = compile_trial(make_spec(kernel, {"opt": "-O2"}), Context(cache))
+    other = compile_trial(make_spec(kernel, {"opt": "-O3"}), Context(cache))
     assert not first.cached and again.cached and not other.cached
     assert first.key == again.key != other.key
     backend = CpuBackend()

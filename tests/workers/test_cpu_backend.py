@@ -15,6 +15,7 @@ from workers.backends import get_backend, probe_backends
 from workers.backends.cpu import flags_for
 from workers.fingerprint import collect
 from workers.measure import rapl
+from workers.sandbox.context import Context
 from workers.sandbox.stages import execute_trial
 
 
@@ -93,7 +94,7 @@ def test_builtins_pass_their_check_at_the_extremes_of_the_space(cache, name, dim
         builtin.default_config,
         {**builtin.default_config, **lowest, "opt": "-Ofast", "unroll": True, "march_native": True},
     ):
-        result = execute_trial(make_spec(kernel, config, objectives=["runtime_ms", "gflops"]), cache)
+        result = execute_trial(make_spec(kernel, config, objectives=["runtime_ms", "gflops"]), Context(cache))
         assert result.status == "completed", result.message + result.log
         assert result.correctness["passed"]
         assert result.metrics["gflops"].value > 0
@@ -105,9 +106,8 @@ def test_workload_mix_is_weighted(cache):
         builtin="matmul",
         workload=[WorkloadShape(dims={"n": 32}, weight=3), WorkloadShape(dims={"m": 16, "n": 64, "k": 48}, weight=1)],
     )
-    result = execute_trial(
-        make_spec(kernel, get_builtin("cpu", "matmul").default_config, objectives=["runtime_ms", "latency_ms"]), cache
-    )
+    config = get_builtin("cpu", "matmul").default_config
+    result = execute_trial(make_spec(kernel, config, objectives=["runtime_ms", "latency_ms"]), Context(cache))
     assert result.status == "completed", result.message + result.log
     shapes = result.environment["shapes"]
     assert [s["weight"] for s in shapes] == [3, 1]
@@ -119,7 +119,7 @@ def test_workload_mix_is_weighted(cache):
 def test_energy_is_never_invented(cache):
     kernel = KernelSpec(backend="cpu", builtin="matmul", workload=[WorkloadShape(dims={"n": 32})])
     spec = make_spec(kernel, {}, objectives=["runtime_ms", "energy_mj"])
-    result = execute_trial(spec, cache)
+    result = execute_trial(spec, Context(cache))
     if rapl.available():
         assert result.status == "completed"
         assert result.metrics["energy_mj"].value > 0
@@ -131,7 +131,7 @@ def test_energy_is_never_invented(cache):
 
 def test_unknown_builtin_is_unsupported(cache):
     spec = make_spec(KernelSpec(backend="cpu", builtin="nope"), {})
-    assert execute_trial(spec, cache).failure_reason == FailureReason.UNSUPPORTED
+    assert execute_trial(spec, Context(cache)).failure_reason == FailureReason.UNSUPPORTED
 
 
 def test_rapl_reads_package_zones_and_handles_wrap(tmp_path: Path):
@@ -179,7 +179,7 @@ def test_stencil_regression_buffers_outlive_the_case(cache):
     # kernel wrote into freed memory (SIGSEGV/SIGABRT in a later numpy call)
     config = {**get_builtin("cpu", "stencil").default_config, "TILE_I": 28, "TILE_J": 1088}
     kernel = KernelSpec(backend="cpu", builtin="stencil", workload=[WorkloadShape(dims={"n": 96, "m": 80, "steps": 3})])
-    result = execute_trial(make_spec(kernel, config), cache)
+    result = execute_trial(make_spec(kernel, config), Context(cache))
     assert result.status == "completed", result.message + result.log
 
 

@@ -10,11 +10,12 @@ from pathlib import Path
 from conftest import PLANTED, cpu_source_kernel, make_spec, python_kernel
 
 from wire.contract import FailureReason
+from workers.sandbox.context import Context
 from workers.sandbox.stages import compile_trial, execute_trial
 
 
 def test_segfault_is_a_crash_named_by_its_signal(cache):
-    result = execute_trial(make_spec(cpu_source_kernel(PLANTED["segfault"])), cache)
+    result = execute_trial(make_spec(cpu_source_kernel(PLANTED["segfault"])), Context(cache))
     assert result.status == "failed"
     assert result.failure_reason == FailureReason.CRASH
     assert "SIGSEGV" in result.message
@@ -24,21 +25,21 @@ def test_segfault_is_a_crash_named_by_its_signal(cache):
 def test_hang_times_out_and_is_killed(cache):
     spec = make_spec(cpu_source_kernel(PLANTED["hang"]), run_timeout_s=1.5)
     started = time.monotonic()
-    result = execute_trial(spec, cache)
+    result = execute_trial(spec, Context(cache))
     assert result.failure_reason == FailureReason.TIMEOUT
     assert "run_timeout_s=1.5" in result.message
     assert time.monotonic() - started < 10
 
 
 def test_compile_error_carries_the_compiler_output(cache):
-    result = execute_trial(make_spec(cpu_source_kernel(PLANTED["compile_error"])), cache)
+    result = execute_trial(make_spec(cpu_source_kernel(PLANTED["compile_error"])), Context(cache))
     assert result.failure_reason == FailureReason.COMPILE_ERROR
     assert "error" in result.log and "kernel.c" in result.log
     assert not cache.entries()  # a failed build leaves nothing in the cache
 
 
 def test_wrong_result_is_caught_by_the_reference_check(cache):
-    result = execute_trial(make_spec(cpu_source_kernel(PLANTED["wrong"])), cache)
+    result = execute_trial(make_spec(cpu_source_kernel(PLANTED["wrong"])), Context(cache))
     assert result.failure_reason == FailureReason.WRONG_RESULT
     assert result.correctness["passed"] is False
     assert result.correctness["rel_err"] > result.correctness["tolerance"]
@@ -46,9 +47,9 @@ def test_wrong_result_is_caught_by_the_reference_check(cache):
 
 def test_good_kernel_after_bad_ones_completes(cache):
     for name in ("segfault", "wrong"):
-        assert execute_trial(make_spec(cpu_source_kernel(PLANTED[name])), cache).status == "failed"
+        assert execute_trial(make_spec(cpu_source_kernel(PLANTED[name])), Context(cache)).status == "failed"
     result = execute_trial(
-        make_spec(cpu_source_kernel(PLANTED["good"]), objectives=["runtime_ms", "p99_ms", "compile_s"]), cache
+        make_spec(cpu_source_kernel(PLANTED["good"]), objectives=["runtime_ms", "p99_ms", "compile_s"]), Context(cache)
     )
     assert result.status == "completed", result.message + result.log
     runtime = result.metrics["runtime_ms"]
@@ -64,28 +65,28 @@ def test_compile_timeout_kills_the_compiler(cache, tmp_path: Path):
     heavy += "static const int v[] = {" + ",".join(str(i) for i in range(400_000)) + "};\n"
     heavy += "int matmul(void){return v[3];}\n"
     spec = make_spec(cpu_source_kernel(heavy), {"opt": "-O3"}, compile_timeout_s=0.3)
-    stage = compile_trial(spec, cache)
+    stage = compile_trial(spec, Context(cache))
     assert stage.failure is not None
     assert stage.failure.failure_reason == FailureReason.TIMEOUT
     assert "compile_timeout_s=0.3" in stage.failure.message
 
 
 def test_python_objective_exception_is_an_error_with_traceback(cache):
-    result = execute_trial(make_spec(python_kernel("raises"), {"x": 1}, objectives=["f1"]), cache)
+    result = execute_trial(make_spec(python_kernel("raises"), {"x": 1}, objectives=["f1"]), Context(cache))
     assert result.failure_reason == FailureReason.ERROR
     assert "ValueError" in result.message
     assert "Traceback" in result.log and "in raises" in result.log  # the inline source's frame
 
 
 def test_python_objective_segfault_is_a_crash(cache):
-    result = execute_trial(make_spec(python_kernel("segfault"), objectives=["f1"]), cache)
+    result = execute_trial(make_spec(python_kernel("segfault"), objectives=["f1"]), Context(cache))
     assert result.failure_reason == FailureReason.CRASH
     assert "SIGSEGV" in result.message
     assert "about to read address 0" in result.log
 
 
 def test_python_objective_exit_is_a_crash(cache):
-    result = execute_trial(make_spec(python_kernel("exits"), objectives=["f1"]), cache)
+    result = execute_trial(make_spec(python_kernel("exits"), objectives=["f1"]), Context(cache))
     assert result.failure_reason == FailureReason.CRASH
     assert "status 3" in result.message
 
@@ -93,7 +94,7 @@ def test_python_objective_exit_is_a_crash(cache):
 def test_timeout_kills_the_whole_process_group(cache, tmp_path: Path):
     pid_file = tmp_path / "grandchild.pid"
     spec = make_spec(python_kernel("hang_with_child"), {"pid_file": str(pid_file)}, objectives=["f1"], run_timeout_s=2)
-    result = execute_trial(spec, cache)
+    result = execute_trial(spec, Context(cache))
     assert result.failure_reason == FailureReason.TIMEOUT
     grandchild = int(pid_file.read_text())
     deadline = time.monotonic() + 5
@@ -104,7 +105,7 @@ def test_timeout_kills_the_whole_process_group(cache, tmp_path: Path):
 
 def test_python_objective_metrics(cache):
     spec = make_spec(python_kernel("tradeoff"), {"x": 0.25}, objectives=["f1", "f2", "runtime_ms", "power_w"])
-    result = execute_trial(spec, cache)
+    result = execute_trial(spec, Context(cache))
     assert result.status == "completed", result.message + result.log
     assert result.metrics["f1"].value == 0.25
     assert result.metrics["f2"].value == 0.5
@@ -113,7 +114,7 @@ def test_python_objective_metrics(cache):
 
 
 def test_python_objective_missing_metric(cache):
-    result = execute_trial(make_spec(python_kernel("missing_metric"), objectives=["f1"]), cache)
+    result = execute_trial(make_spec(python_kernel("missing_metric"), objectives=["f1"]), Context(cache))
     assert result.failure_reason == FailureReason.ERROR
     assert "f1" in result.message
 

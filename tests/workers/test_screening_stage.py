@@ -14,6 +14,7 @@ from helpers import wait_for
 
 from wire.contract import MeasureSettings
 from workers.cache import ArtifactCache
+from workers.sandbox.context import Context
 from workers.sandbox.stages import execute_trial
 
 FAST_MEASURE = {"warmup_s": 0.01, "min_repeats": 10, "max_repeats": 200, "target_s": 0.05}
@@ -25,12 +26,12 @@ def test_the_screen_measures_with_its_settings_and_the_full_stage_reuses_its_art
     full_settings = MeasureSettings(**FAST_MEASURE)
     screen_settings = full_settings.model_copy(update={"target_s": 0.01, "cold_samples": 7})
     screen = execute_trial(make_spec(kernel, {"opt": "-O2"}, objectives=["runtime_ms", "latency_ms"],
-                                     measure=screen_settings), cache)
+                                     measure=screen_settings), Context(cache))
     assert screen is not None and screen.status == "completed", screen and screen.message
     assert screen.metrics["latency_ms"].n == 7  # capped at the screen's cold samples (min_repeats is 10)
     assert screen.compile_report["cached"] is False
     full = execute_trial(make_spec(kernel, {"opt": "-O2"}, objectives=["runtime_ms", "latency_ms"],
-                                   measure=full_settings), cache)
+                                   measure=full_settings), Context(cache))
     assert full is not None and full.status == "completed"
     assert full.compile_report["cached"] is True  # the screen's build, not a second compile
     assert full.compile_report["cache_key"] == screen.compile_report["cache_key"]

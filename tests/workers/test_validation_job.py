@@ -20,8 +20,9 @@ from wire.contract import (
 )
 from workers.agent.core import AgentConfig, run_agent
 from workers.cache import ArtifactCache
+from workers.sandbox.context import Context
 from workers.sandbox.stages import execute_trial
-from workers.validation.job import compile_validation, execute_validation, run_validation
+from workers.validation.stages import compile_validation, execute_validation, run_validation
 
 # A row-blocked matmul. ROW_SHORTCUT=1 is a deliberate bug: rows past the first 64 are never
 # computed. Every trial check passes it (the workload is 64 rows, the backend's ragged edge
@@ -78,11 +79,11 @@ def test_baseline_and_two_candidates_one_wrong_beyond_the_workload(tmp_path: Pat
     cache = ArtifactCache(tmp_path / "cache")
     wrong = {"opt": "-O2", "ROW_SHORTCUT": 1}
     # the bug passes an ordinary trial: workload shape and the backend's edge shape
-    trial = execute_trial(make_spec(KERNEL, wrong), cache)
+    trial = execute_trial(make_spec(KERNEL, wrong), Context(cache))
     assert trial is not None and trial.status == "completed", trial.message
 
     spec = validation_spec({"opt": "-O3"}, wrong)
-    report = execute_validation(spec, cache)
+    report = execute_validation(spec, Context(cache))
     assert report is not None and report.status == "completed", report.message
     shapes = [s.dims for s in report.shapes]
     assert shapes == [
@@ -120,20 +121,20 @@ def test_baseline_and_two_candidates_one_wrong_beyond_the_workload(tmp_path: Pat
 
 
 def test_builds_come_from_the_artifact_cache(tmp_path: Path) -> None:
-    cache = ArtifactCache(tmp_path / "cache")
     spec = validation_spec({"opt": "-O3"}, rounds=2, objectives=["runtime_ms"])
-    first = compile_validation(spec, cache)
-    again = compile_validation(spec, cache)
+    context = Context(ArtifactCache(tmp_path / "cache"))
+    first = compile_validation(spec, context)
+    again = compile_validation(spec, context)
     assert [s.cached for _, _, s in first.stages] == [False, False]
     assert [s.cached for _, _, s in again.stages] == [True, True]
-    report = run_validation(again)
+    report = run_validation(again, context)
     assert report is not None and report.status == "completed"
     assert report.baseline.compile_report["cached"] is True
 
 
 def test_a_crash_on_an_extended_shape_names_the_candidate(tmp_path: Path) -> None:
     spec = validation_spec({"opt": "-O2"}, {"opt": "-O2", "CRASH_PAST_64": 1}, rounds=2)
-    report = execute_validation(spec, ArtifactCache(tmp_path / "cache"))
+    report = execute_validation(spec, Context(ArtifactCache(tmp_path / "cache")))
     assert report is not None and report.status == "failed"
     assert report.failure_reason == FailureReason.CRASH
     assert "SIGSEGV" in report.message and "candidate 11" in report.message
@@ -146,13 +147,13 @@ def test_a_crash_on_an_extended_shape_names_the_candidate(tmp_path: Path) -> Non
 
 def test_compile_failures_are_per_configuration(tmp_path: Path) -> None:
     cache = ArtifactCache(tmp_path / "cache")
-    report = execute_validation(validation_spec({"opt": "-O3"}, {"opt": "-O9"}, rounds=2), cache)
+    report = execute_validation(validation_spec({"opt": "-O3"}, {"opt": "-O9"}, rounds=2), Context(cache))
     assert report is not None and report.status == "completed"
     assert report.candidates[0].status == "ok"
     assert report.candidates[1].status == "failed" and report.candidates[1].failure_reason == FailureReason.ERROR
     assert "-O9" in report.candidates[1].message
     broken = validation_spec({"opt": "-O3"}, rounds=2).model_copy(update={"baseline": {"opt": "-O9"}})
-    failed = execute_validation(broken, cache)
+    failed = execute_validation(broken, Context(cache))
     assert failed is not None and failed.status == "failed" and "baseline did not compile" in failed.message
 
 
@@ -160,7 +161,7 @@ def test_a_run_past_its_timeout_fails_the_job(tmp_path: Path) -> None:
     spec = validation_spec({"opt": "-O3"}, rounds=1000, objectives=["runtime_ms"]).model_copy(
         update={"run_timeout_s": 4}
     )
-    report = execute_validation(spec, ArtifactCache(tmp_path / "cache"))
+    report = execute_validation(spec, Context(ArtifactCache(tmp_path / "cache")))
     assert report is not None and report.status == "failed"
     assert report.failure_reason == FailureReason.TIMEOUT and "run_timeout_s=4" in report.message
     # the configuration that was running carries the timeout, the others how far they got
@@ -174,7 +175,7 @@ def test_a_run_past_its_timeout_fails_the_job(tmp_path: Path) -> None:
 def test_a_bad_shape_rule_is_reported(tmp_path: Path) -> None:
     kernel = KERNEL.model_copy(update={"options": {"problem": "matmul", "shape_rules": {"n": "prime"}}})
     spec = validation_spec({"opt": "-O3"}).model_copy(update={"kernel": kernel})
-    report = execute_validation(spec, ArtifactCache(tmp_path / "cache"))
+    report = execute_validation(spec, Context(ArtifactCache(tmp_path / "cache")))
     assert report is not None and report.status == "failed" and "unknown shape rule 'prime'" in report.message
 
 

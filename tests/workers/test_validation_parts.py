@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from wire.contract import KernelSpec, Lease, TrialSpec, ValidationCandidate, ValidationSpec, WorkloadShape
 from workers.backends.cpu_problems import get_problem
 from workers.measure.gpu_check import ShapeCheck, verdict
-from workers.validation.run import round_order, shape_results
+from workers.validation.rounds import round_order, shape_results
 from workers.validation.shapes import ShapeRuleError, extended_shapes, half, ragged
 
 

@@ -14,28 +14,35 @@ from worker_plane import Plane, PlaneServer
 from wire.contract import FailureReason
 from workers.agent.core import Agent, AgentConfig, run_agent
 from workers.cli import parse_cpus
+from workers.sandbox.context import Context
 from workers.sandbox.runner import RunnerPool
-from workers.sandbox.stages import child_env, compile_trial, execute_trial
+from workers.sandbox.sandbox import default_sandbox
+from workers.sandbox.stages import compile_trial, execute_trial
 
 
 @pytest.fixture
 def pool(tmp_path: Path):
-    runners = RunnerPool(tmp_path / "runners", env_for=lambda phase: child_env(None), warm_for=lambda backend: True)
+    runners = RunnerPool(tmp_path / "runners", warm_for=lambda backend: True)
     yield runners
     runners.close()
 
 
-def whoami(cache, pool, tag: str = ""):
+@pytest.fixture
+def warm(cache, pool) -> Context:
+    return Context(cache, runners=pool)
+
+
+def whoami(warm: Context, tag: str = ""):
     spec = make_spec(python_kernel("whoami"), {"x": 0.5, "tag": tag}, objectives=["f1"])
-    result = execute_trial(spec, cache, runners=pool)
+    result = execute_trial(spec, warm)
     assert result is not None and result.status == "completed", result and (result.message + result.log)
     return int(result.metrics["pid"].value), int(result.metrics["calls"].value), result
 
 
-def test_one_runner_process_serves_several_trials(cache, pool):
+def test_one_runner_process_serves_several_trials(warm, pool):
     pids, calls = [], []
     for i in range(4):
-        pid, count, result = whoami(cache, pool, tag=str(i))
+        pid, count, result = whoami(warm, tag=str(i))
         pids.append(pid)
         calls.append(count)
         assert result.environment["sandbox"]["warm"] is True
@@ -47,9 +54,9 @@ def test_one_runner_process_serves_several_trials(cache, pool):
     assert pool.started == 1
 
 
-def test_cpu_kernels_compile_and_run_in_warm_runners(cache, pool):
+def test_cpu_kernels_compile_and_run_in_warm_runners(warm):
     results = [
-        execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": opt}), cache, runners=pool)
+        execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": opt}), warm)
         for opt in ("-O1", "-O2", "-O3")
     ]
     assert all(r.status == "completed" for r in results), [r.message + r.log for r in results]
@@ -59,82 +66,82 @@ def test_cpu_kernels_compile_and_run_in_warm_runners(cache, pool):
     assert [r.environment["sandbox"]["trials_served"] for r in results] == [1, 2, 3]
 
 
-def test_a_crash_fails_only_its_trial_and_the_next_gets_a_new_runner(cache, pool):
-    before, _, _ = whoami(cache, pool, tag="before")
-    crashed = execute_trial(make_spec(python_kernel("segfault"), objectives=["f1"]), cache, runners=pool)
+def test_a_crash_fails_only_its_trial_and_the_next_gets_a_new_runner(warm):
+    before, _, _ = whoami(warm, tag="before")
+    crashed = execute_trial(make_spec(python_kernel("segfault"), objectives=["f1"]), warm)
     assert crashed.failure_reason == FailureReason.CRASH
     assert "SIGSEGV" in crashed.message
     assert "about to read address 0" in crashed.log
     assert "trial output before" not in crashed.log  # only the crashed trial's output
     assert not process_alive(before)
-    after, calls, _ = whoami(cache, pool, tag="after")
+    after, calls, _ = whoami(warm, tag="after")
     assert after != before and calls == 1
 
 
-def test_a_segfaulting_c_kernel_in_a_warm_runner_is_a_crash(cache, pool):
-    result = execute_trial(make_spec(cpu_source_kernel(PLANTED["segfault"])), cache, runners=pool)
+def test_a_segfaulting_c_kernel_in_a_warm_runner_is_a_crash(warm):
+    result = execute_trial(make_spec(cpu_source_kernel(PLANTED["segfault"])), warm)
     assert result.failure_reason == FailureReason.CRASH
     assert "SIGSEGV" in result.message
-    good = execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O2"}), cache, runners=pool)
+    good = execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O2"}), warm)
     assert good.status == "completed", good.message + good.log
 
 
-def test_a_hang_is_killed_at_the_run_timeout(cache, pool):
-    before, _, _ = whoami(cache, pool)
+def test_a_hang_is_killed_at_the_run_timeout(warm):
+    before, _, _ = whoami(warm)
     spec = make_spec(python_kernel("sleepy"), {"sleep_s": 60}, objectives=["f1"], run_timeout_s=1.5)
     started = time.monotonic()
-    result = execute_trial(spec, cache, runners=pool)
+    result = execute_trial(spec, warm)
     assert result.failure_reason == FailureReason.TIMEOUT
     assert "run_timeout_s=1.5" in result.message
     assert 1.5 <= time.monotonic() - started < 10
     assert not process_alive(before)
-    after, calls, _ = whoami(cache, pool)
+    after, calls, _ = whoami(warm)
     assert after != before and calls == 1
 
 
-def test_a_hanging_c_kernel_is_killed_at_the_run_timeout(cache, pool):
+def test_a_hanging_c_kernel_is_killed_at_the_run_timeout(warm):
     spec = make_spec(cpu_source_kernel(PLANTED["hang"]), run_timeout_s=1.5)
     started = time.monotonic()
-    result = execute_trial(spec, cache, runners=pool)
+    result = execute_trial(spec, warm)
     assert result.failure_reason == FailureReason.TIMEOUT
     assert time.monotonic() - started < 10
 
 
 @pytest.mark.parametrize("planted", ["raises", "exits", "missing_metric"])
-def test_any_failed_trial_replaces_the_runner(cache, pool, planted):
-    before, _, _ = whoami(cache, pool)
-    failed = execute_trial(make_spec(python_kernel(planted), objectives=["f1"]), cache, runners=pool)
+def test_any_failed_trial_replaces_the_runner(warm, planted):
+    before, _, _ = whoami(warm)
+    failed = execute_trial(make_spec(python_kernel(planted), objectives=["f1"]), warm)
     assert failed.status == "failed"
     expected = FailureReason.CRASH if planted == "exits" else FailureReason.ERROR
     assert failed.failure_reason == expected, failed.message
-    after, calls, _ = whoami(cache, pool)
+    after, calls, _ = whoami(warm)
     assert after != before and calls == 1
 
 
-def test_wrong_result_replaces_the_runner_and_keeps_its_reason(cache, pool):
-    good = execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O1"}), cache, runners=pool)
-    wrong = execute_trial(make_spec(cpu_source_kernel(PLANTED["wrong"])), cache, runners=pool)
+def test_wrong_result_replaces_the_runner_and_keeps_its_reason(warm):
+    good = execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O1"}), warm)
+    wrong = execute_trial(make_spec(cpu_source_kernel(PLANTED["wrong"])), warm)
     assert wrong.failure_reason == FailureReason.WRONG_RESULT
     assert wrong.correctness["passed"] is False
-    again = execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O3"}), cache, runners=pool)
+    again = execute_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O3"}), warm)
     assert again.status == "completed"
     assert wrong.environment["sandbox"]["pid"] == good.environment["sandbox"]["pid"]
     assert again.environment["sandbox"]["pid"] != wrong.environment["sandbox"]["pid"]
 
 
-def test_a_compile_error_keeps_the_compile_runner(cache, pool):
-    broken = compile_trial(make_spec(cpu_source_kernel(PLANTED["compile_error"])), cache, runners=pool)
+def test_a_compile_error_keeps_the_compile_runner(warm):
+    broken = compile_trial(make_spec(cpu_source_kernel(PLANTED["compile_error"])), warm)
     assert broken.failure is not None and broken.failure.failure_reason == FailureReason.COMPILE_ERROR
     assert "error" in broken.failure.log and "kernel.c" in broken.failure.log
-    fine = compile_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O2"}), cache, runners=pool)
+    fine = compile_trial(make_spec(cpu_source_kernel(PLANTED["good"]), {"opt": "-O2"}), warm)
     assert fine.failure is None
     assert fine.sandbox["pid"] == broken.sandbox["pid"]
 
 
-def test_processes_a_trial_leaves_behind_are_killed(cache, pool, tmp_path):
+def test_processes_a_trial_leaves_behind_are_killed(warm, tmp_path):
     pid_file = tmp_path / "child.pid"
     spec = make_spec(python_kernel("leave_child"), {"pid_file": str(pid_file)}, objectives=["f1"])
-    assert execute_trial(spec, cache, runners=pool).status == "completed"
+    assert execute_trial(spec, warm).status == "completed"
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 5
     while process_alive(child) and time.monotonic() < deadline:
@@ -143,11 +150,12 @@ def test_processes_a_trial_leaves_behind_are_killed(cache, pool, tmp_path):
 
 
 def test_a_runner_that_cannot_start_fails_the_trial_as_a_crash(cache, tmp_path):
-    broken_env = {**child_env(None), "PYTHONHOME": str(tmp_path / "nowhere")}  # no standard library
+    no_stdlib = {"PYTHONHOME": str(tmp_path / "nowhere")}  # the runner cannot start Python
+    broken_env = default_sandbox().env(None, home="/tmp", overrides=no_stdlib)
     runners = RunnerPool(tmp_path / "runners", env_for=lambda phase: broken_env, warm_for=lambda backend: True)
     try:
         spec = make_spec(python_kernel("tradeoff"), {"x": 0.1}, objectives=["f1"])
-        result = execute_trial(spec, cache, runners=runners)
+        result = execute_trial(spec, Context(cache, runners=runners))
     finally:
         runners.close()
     assert result.failure_reason == FailureReason.CRASH
@@ -155,16 +163,16 @@ def test_a_runner_that_cannot_start_fails_the_trial_as_a_crash(cache, tmp_path):
     assert "encodings" in result.log or "Fatal Python error" in result.log
 
 
-def test_cancel_kills_a_running_warm_trial(cache, pool):
+def test_cancel_kills_a_running_warm_trial(warm):
     import threading
 
     cancel = threading.Event()
     spec = make_spec(python_kernel("sleepy"), {"sleep_s": 60}, objectives=["f1"], run_timeout_s=120)
     threading.Timer(1.0, cancel.set).start()
     started = time.monotonic()
-    assert execute_trial(spec, cache, runners=pool, cancel=cancel) is None
+    assert execute_trial(spec, warm.for_work(cancel)) is None
     assert time.monotonic() - started < 10
-    assert whoami(cache, pool)[1] == 1
+    assert whoami(warm)[1] == 1
 
 
 def test_gpu_backends_are_warm_by_default_and_cpu_ones_are_not(tmp_path):
@@ -211,8 +219,8 @@ def test_agent_with_warm_runners_serves_failures_and_stays_up(tmp_path):
     assert not list((tmp_path / "work" / "runners").glob("*"))  # closed with the agent
 
 
-@pytest.mark.parametrize("warm", [False, True])
-def test_gpu_option_sets_the_sandboxes_visible_devices(tmp_path, warm):
+@pytest.mark.parametrize("warm_runner", [False, True])
+def test_gpu_option_sets_the_sandboxes_visible_devices(tmp_path, warm_runner):
     spec = make_spec(python_kernel("visible_devices"), objectives=["f1"])
     plane = Plane()
     plane.add(spec)
@@ -223,14 +231,14 @@ def test_gpu_option_sets_the_sandboxes_visible_devices(tmp_path, warm):
             cache_dir=tmp_path / "cache",
             wait_s=0.2,
             max_trials=1,
-            warm_runner=warm,
+            warm_runner=warm_runner,
             gpu=2,
         )
         run_agent(config)
     assert plane.results[spec.trial_id].metrics["f1"].value == 2
 
 
-def test_a_runner_outlives_the_thread_that_asked_for_it(cache, pool):
+def test_a_runner_outlives_the_thread_that_asked_for_it(warm, pool):
     import threading
 
     got = {}
@@ -246,7 +254,7 @@ def test_a_runner_outlives_the_thread_that_asked_for_it(cache, pool):
     asker.join()
     time.sleep(0.5)  # a sandbox dies with the thread that started it, if that were the asker
     assert got["runner"].alive()
-    pid, calls, _ = whoami(cache, pool)
+    pid, calls, _ = whoami(warm)
     assert pid == got["runner"].pid and calls == 1
 
 

@@ -56,19 +56,14 @@ from workers.client import ApiError, ControlPlaneClient, GaveUp, LeaseGone
 from workers.compilers import toolchains
 from workers.fingerprint import collect, usable_cpus
 from workers.sandbox import limits as isolation_limits
+from workers.sandbox.context import Context
 from workers.sandbox.isolation import IsolationUnavailable, choose
-from workers.sandbox.jobs import Sandbox
 from workers.sandbox.procs import become_subreaper, hide_from_same_user
 from workers.sandbox.runner import RunnerPool
+from workers.sandbox.sandbox import Sandbox
 from workers.sandbox.stages import CompileStage, compile_trial, failed, run_trial
-from workers.validation.job import (
-    ValidationBuild,
-    compile_validation,
-    describe_lease,
-    describe_report,
-    failed_report,
-    run_validation,
-)
+from workers.validation.report import describe_lease, describe_report, failed_report
+from workers.validation.stages import ValidationBuild, compile_validation, run_validation
 
 log = logging.getLogger("paretune.worker")
 
@@ -187,6 +182,7 @@ class Agent:
             sandbox=self.sandbox,
             start_timeout_s=config.runner_start_timeout_s,
         )
+        self.context = Context(self.cache, self.sandbox, self.runners, self.compile_cpus, self.measure_cpus)
 
     def _sandbox(self) -> Sandbox:
         """Choose the isolation level (probed), keep the agent's secrets from its trials."""
@@ -458,19 +454,10 @@ class Agent:
         try:
             with lock:
                 if held.lease.validation is not None:
-                    held.validation = compile_validation(
-                        held.lease.validation, self.cache, cpus=self.compile_cpus, cancel=held.cancel,
-                        sandbox=self.sandbox, runners=self.runners)
+                    held.validation = compile_validation(held.lease.validation, self.context.for_work(held.cancel))
                     return
                 assert held.lease.trial is not None
-                stage = compile_trial(
-                    held.lease.trial,
-                    self.cache,
-                    cpus=self.compile_cpus,
-                    cancel=held.cancel,
-                    sandbox=self.sandbox,
-                    runners=self.runners,
-                )
+                stage = compile_trial(held.lease.trial, self.context.for_work(held.cancel))
         except Exception as exc:  # a bug or a full disk here must fail the trial, not the worker
             log.exception("%s: the compile stage failed", held.label)
             stage = CompileStage(failure=failed(FailureReason.ERROR, f"worker error while compiling: {exc}"))
@@ -530,22 +517,13 @@ class Agent:
         if not held.cancel.is_set() and held.validation is not None:
             with self.device_lock:
                 result = run_validation(
-                    held.validation, cpus=self.measure_cpus, cancel=held.cancel,
-                    on_phase=show, sandbox=self.sandbox, runners=self.runners,
-                    fingerprint=self.register_request.fingerprint if self.register_request else None)
+                    held.validation, self.context.for_work(held.cancel, show),
+                    self.register_request.fingerprint if self.register_request else None)
         elif not held.cancel.is_set() and held.stage is not None:
             assert spec is not None
             held.phase = "check"
             with self.device_lock:
-                result = run_trial(
-                    spec,
-                    held.stage,
-                    cpus=self.measure_cpus,
-                    cancel=held.cancel,
-                    on_phase=show,
-                    sandbox=self.sandbox,
-                    runners=self.runners,
-                )
+                result = run_trial(spec, held.stage, self.context.for_work(held.cancel, show))
         if result is None or held.cancel.is_set():
             self.summary.abandoned += 1
             log.warning("%s abandoned: %s", held.label, held.why_dropped or "cancelled")

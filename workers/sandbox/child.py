@@ -10,7 +10,7 @@ traceback of a fatal signal, lands in the job's output log, which the agent exce
 warm runner sets the worker's caps as its hard limits, warms its backend up once, writes
 RUNDIR/ready, then does the same for each job directory it reads from stdin, with that
 trial's limits as soft limits (workers.sandbox.runner is its outside). Paths are as the sandbox
-sees them. See workers.sandbox.stages for the outside of both.
+sees them. See workers.sandbox.phases for the outside of both.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from workers.backends.base import Backend, CompiledKernel
 from workers.compilers import controls
 from workers.sandbox import limits as isolation_limits
 from workers.sandbox.files import write_whole
-from workers.validation.run import run_validation_job
+from workers.sandbox.watch import PHASE_FILE
+from workers.validation.rounds import run_validation_job
 
 LOG_LIMIT = 16_000
 _PR_SET_PDEATHSIG = 1
@@ -56,7 +57,7 @@ def _run(
 ) -> dict[str, Any]:
     b = job["built"]
     built = CompiledKernel(Path(b["directory"]), b.get("files", {}), b.get("report", {}), b.get("log", ""))
-    write_whole(jobdir / "phase", "check")
+    write_whole(jobdir / PHASE_FILE, "check")
     started = time.perf_counter()
     outcome = backend.check(spec.kernel, spec.config, built)
     partial["timings"] = {"check_s": time.perf_counter() - started}
@@ -67,7 +68,7 @@ def _run(
             "the output differs from the reference: " + json.dumps(_short(outcome.details), default=str),
             "correctness check failed:\n" + json.dumps(outcome.details, indent=1, default=str),
         )
-    write_whole(jobdir / "phase", "measure")
+    write_whole(jobdir / PHASE_FILE, "measure")
     started = time.perf_counter()
     metrics, environment = backend.measure(spec.kernel, spec.config, built, spec.objectives, spec.measure)
     partial["timings"]["measure_s"] = time.perf_counter() - started

@@ -41,20 +41,21 @@ def write_whole(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def read_untrusted_tail(path: Path, offset: int, limit: int) -> tuple[str, bool]:
-    """What was written to `path` after `offset`, at most its last `limit` bytes, and
-    whether it was cut; empty when the file is not a regular file."""
+def read_untrusted_tail(path: Path, offset: int, limit: int) -> str:
+    """What was written to `path` after `offset`, at most its last `limit` bytes (after
+    "[...]" where cut); empty when the file is not a regular file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return "", False
+        return ""
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
-            return "", False
+            return ""
         start = max(offset, info.st_size - limit)
         handle.seek(start)
-        return handle.read(limit).decode("utf-8", "replace"), start > offset
+        text = handle.read(limit).decode("utf-8", "replace")
+        return "[...]\n" + text if start > offset else text
 
 
 def walk_files(root: Path) -> Iterator[tuple[str, int, os.stat_result]]:

@@ -80,6 +80,19 @@ def children_of(parent: int, zombies: bool = False) -> list[int]:
     return found
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group `pgid`."""
+    members = []
+    for pid in _pids():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(pid))
+    return members
+
+
 def kill_all(find: Callable[[], Iterable[int]], rounds: int = 50) -> int:
     """SIGKILL what `find` returns until it returns nothing; the number of processes killed."""
     killed = 0

@@ -8,7 +8,7 @@ level) in which the agent makes a job directory per trial (AREA/job-N: a new pat
 time, so that a library loaded by one trial is never mistaken for the next one's), puts
 the trial's job.json and build there and writes the job directory's path to the runner's
 stdin; the runner runs the job exactly as a fresh sandbox process would (see
-sandbox_child) and writes result.json there.
+workers.sandbox.child) and writes result.json there.
 
 Isolation is kept by replacing the runner whenever a trial did not end cleanly: a crash
 (the process dies), a timeout or a cancel (its process group is killed), and in the run
@@ -43,38 +43,14 @@ from typing import IO, Any
 
 from workers.sandbox.files import UnsafeFile, read_untrusted, read_untrusted_tail
 from workers.sandbox.isolation import Bind
-from workers.sandbox.jobs import Job, Sandbox, default_sandbox
-from workers.sandbox.procs import children_of, kill_group, kill_pid, pid_namespace
+from workers.sandbox.jobs import Job
+from workers.sandbox.procs import children_of, group_members, kill_group, kill_pid, pid_namespace
+from workers.sandbox.sandbox import Sandbox, default_sandbox
+from workers.sandbox.watch import wait_until
 
 READY_FILE = "ready"
 _POLL_S = 0.02
 _serial = itertools.count(1)
-
-
-def wait_until(
-    done: Callable[[], bool],
-    started: float,
-    timeout_s: float,
-    cancel: threading.Event | None,
-    on_progress: Callable[[], None] | None,
-    poll_s: float = _POLL_S,
-    watch: Callable[[], str | None] | None = None,
-) -> tuple[bool, bool, str]:
-    """Poll until `done()`; returns (timed_out, abandoned, killed_because) for a time-out,
-    a cancel, or a limit `watch` reports (its message)."""
-    while not done():
-        if cancel is not None and cancel.is_set():
-            return False, True, ""
-        if time.monotonic() - started > timeout_s:
-            return True, False, ""
-        if watch is not None:
-            over = watch()
-            if over:
-                return False, False, over
-        if on_progress is not None:
-            on_progress()
-        time.sleep(poll_s)
-    return False, False, ""
 
 
 @dataclass
@@ -89,25 +65,6 @@ class Served:
     wall_s: float = 0.0
     wait_s: float = 0.0  # waiting for the runner to become ready
     output_tail: str = ""
-
-
-def read_from(path: Path, offset: int, limit: int) -> str:
-    """What was written to `path` after `offset`, at most its last `limit` bytes."""
-    text, cut = read_untrusted_tail(path, offset, limit)
-    return ("[...]\n" + text) if cut else text
-
-
-def group_members(pgid: int) -> list[int]:
-    """Processes in process group `pgid` (Linux /proc; empty elsewhere)."""
-    members = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 3 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
 
 
 class WarmRunner:
@@ -202,14 +159,14 @@ class WarmRunner:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.log_path.unlink(missing_ok=True)
 
-    def _wait_ready(self, cancel: threading.Event | None) -> tuple[str, bool]:
+    def _wait_ready(self, cancel: threading.Event) -> tuple[str, bool]:
         """('', False) once ready; (why, abandoned) when it cannot be used."""
         assert self.proc is not None
         deadline = time.monotonic() + self.start_timeout_s
         while self.ready_info() is None:
             if self.proc.poll() is not None:
                 return f"the warm {self.phase} runner exited with status {self.proc.returncode} while starting", False
-            if cancel is not None and cancel.is_set():
+            if cancel.is_set():
                 return "abandoned", True
             if time.monotonic() > deadline:
                 return f"the warm {self.phase} runner was not ready within {self.start_timeout_s:g} s", False
@@ -220,7 +177,7 @@ class WarmRunner:
         self,
         job: Job,
         timeout_s: float,
-        cancel: threading.Event | None,
+        cancel: threading.Event,
         on_progress: Callable[[], None] | None,
         watch: Callable[[], str | None] | None = None,
     ) -> Served:
@@ -240,7 +197,7 @@ class WarmRunner:
                 abandoned=abandoned,
                 start_failed="" if abandoned else why,
                 wait_s=wait_s,
-                output_tail=read_from(self.log_path, 0, self.log_limit),
+                output_tail=read_untrusted_tail(self.log_path, 0, self.log_limit),
             )
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         started = time.monotonic()
@@ -253,7 +210,7 @@ class WarmRunner:
         proc = self.proc
         timed_out, abandoned, killed = wait_until(
             lambda: os.path.lexists(result_path) or proc.poll() is not None,
-            started, timeout_s, cancel, on_progress, watch=watch,
+            started, timeout_s, cancel, on_progress, _POLL_S, watch,
         )
         clean = not (timed_out or abandoned or killed) and self.proc.poll() is None
         if clean:
@@ -271,7 +228,7 @@ class WarmRunner:
             killed=killed,
             wall_s=time.monotonic() - started,
             wait_s=wait_s,
-            output_tail=read_from(self.log_path, offset, self.log_limit),
+            output_tail=read_untrusted_tail(self.log_path, offset, self.log_limit),
         )
 
     def _runner_pid_here(self) -> int | None:

@@ -1,4 +1,4 @@
-"""The inside of a validation job's run sandbox (one process, called from sandbox_child).
+"""The inside of a validation job's run sandbox (one process, called from workers.sandbox.child).
 
 First every configuration's correctness on the extended shapes (fresh random inputs, the
 backend's own check), then `rounds` interleaved rounds: each round measures the baseline and
@@ -31,6 +31,7 @@ from workers.backends.gpu_loader import shape_key
 from workers.compilers import controls
 from workers.sandbox.files import UnsafeFile, read_untrusted, write_whole
 from workers.sandbox.jobs import use_build
+from workers.sandbox.watch import PHASE_FILE
 
 BASELINE = "baseline"
 PROGRESS_FILE = "validation-progress.json"
@@ -182,7 +183,7 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
 
     started = time.perf_counter()
     for name, (config, compiled) in built.items():
-        write_whole(jobdir / "phase", f"check {name}")
+        write_whole(jobdir / PHASE_FILE, f"check {name}")
         _check(backend, check_kernel, config, compiled, configs[name])
         save_progress(jobdir, partial)
     partial["timings"]["check_s"] = time.perf_counter() - started
@@ -193,7 +194,7 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
     for round_index in range(spec.rounds):
         order = [measured[i] for i in round_order(len(measured), round_index)]
         for name in order:
-            write_whole(jobdir / "phase", f"round {round_index + 1}/{spec.rounds}: {name}")
+            write_whole(jobdir / PHASE_FILE, f"round {round_index + 1}/{spec.rounds}: {name}")
             config, compiled = built[name]
             if not _measure(backend, spec, config, compiled, configs[name], jobdir):
                 measured.remove(name)
