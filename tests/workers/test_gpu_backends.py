@@ -15,7 +15,8 @@ from wire.failures import TrialFailure
 from wire.kernels import get_builtin, space_violations
 from workers.backends.cuda_backend import CudaBackend, program_settings, variant_id
 from workers.backends.gpu_loader import resolve, shape_key
-from workers.backends.triton_backend import TritonBackend, compile_options, meta_parameters
+from workers.backends.triton_backend import TritonBackend
+from workers.backends.triton_kernel import compile_options, meta_parameters
 
 FAST = MeasureSettings(warmup_s=0.02, min_repeats=20, max_repeats=400, target_s=0.05, hot_window_s=0.3)
 
@@ -105,7 +106,7 @@ class TestTritonConfiguration:
         assert key != backend.cache_key(other, {"BLOCK_M": 64})
 
     def test_acf_without_ptxas_13_3_is_refused_before_compiling(self, tmp_path: Path) -> None:
-        from workers.backends.triton_backend import triton_ptxas
+        from workers.backends.triton_kernel import triton_ptxas
         from workers.measure.gpu_toolchain import supports_acf
 
         if supports_acf(triton_ptxas()[1]):

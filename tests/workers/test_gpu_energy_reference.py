@@ -23,7 +23,6 @@ import pytest
 from workers.measure.gpu_aggregate import ShapeSamples, workload_metrics
 from workers.measure.gpu_energy import (
     EnergyWindow,
-    NvmlSampler,
     Tick,
     energy_window,
     period_spans,
@@ -31,6 +30,7 @@ from workers.measure.gpu_energy import (
     window_calls,
 )
 from workers.measure.gpu_harness import combine_references, hot_energy, reference_result
+from workers.measure.nvml_sampler import NvmlSampler
 from workers.measure.nvml_sim import PowerCappedGpu, SimulatedNvml, SimulatedRun, simulate_run
 
 COMPUTE_BOUND = PowerCappedGpu(busy_w=730.0)  # a 4096^3 GEMM: ~730 W at full clock on the H200

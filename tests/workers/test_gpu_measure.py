@@ -21,13 +21,10 @@ from workers.measure.gpu_aggregate import (
 from workers.measure.gpu_check import ShapeCheck, tolerance_for, verdict
 from workers.measure.gpu_energy import (
     EnergyWindow,
-    Reading,
     Tick,
     calls_between,
-    decode_throttle_reasons,
     energy_per_call_mj,
     energy_window,
-    environment_summary,
     ticks_from_readings,
 )
 from workers.measure.gpu_harness import wanted_sample_sets
@@ -38,6 +35,7 @@ from workers.measure.gpu_toolchain import (
     parse_ptxas_version,
     supports_acf,
 )
+from workers.measure.nvml_sampler import Reading, decode_throttle_reasons, environment_summary
 
 
 def counter_readings(

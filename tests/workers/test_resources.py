@@ -203,18 +203,18 @@ def test_a_worker_refuses_before_compiling_and_from_compiled_figures() -> None:
 
 
 def test_the_backends_report_running_out_of_resources_as_infeasible() -> None:
-    from workers.backends.cuda_backend import _launch_failure_reason
-    from workers.backends.triton_backend import _resource_failure, compiled_use
+    from workers.backends.cuda_launch import launch_failure_reason
+    from workers.backends.triton_kernel import compiled_use, resource_failure
 
     class OutOfResources(Exception):  # Triton's, by name: triton is not imported here
         pass
 
-    assert _resource_failure(OutOfResources("out of resource: shared memory")).reason == FailureReason.INFEASIBLE
-    assert _resource_failure(RuntimeError("PassManager::run failed")).reason == FailureReason.COMPILE_ERROR
-    assert _launch_failure_reason(RuntimeError("CUDA_ERROR_OUT_OF_RESOURCES")) == FailureReason.INFEASIBLE
-    assert _launch_failure_reason(RuntimeError("too many resources requested for launch")) == FailureReason.INFEASIBLE
-    assert _launch_failure_reason(RuntimeError("CUDA_ERROR_INVALID_VALUE")) == FailureReason.COMPILE_ERROR
-    assert _launch_failure_reason(RuntimeError("illegal memory access")) == FailureReason.CRASH
+    assert resource_failure(OutOfResources("out of resource: shared memory")).reason == FailureReason.INFEASIBLE
+    assert resource_failure(RuntimeError("PassManager::run failed")).reason == FailureReason.COMPILE_ERROR
+    assert launch_failure_reason(RuntimeError("CUDA_ERROR_OUT_OF_RESOURCES")) == FailureReason.INFEASIBLE
+    assert launch_failure_reason(RuntimeError("too many resources requested for launch")) == FailureReason.INFEASIBLE
+    assert launch_failure_reason(RuntimeError("CUDA_ERROR_INVALID_VALUE")) == FailureReason.COMPILE_ERROR
+    assert launch_failure_reason(RuntimeError("illegal memory access")) == FailureReason.CRASH
 
     class Metadata:
         shared, num_warps = 491520, 8

@@ -1,6 +1,6 @@
 """CUDA C++ backend through cuda.core: NVRTC compiles the source to a cubin per workload
-variant, the trial process loads it and launches it on torch's stream, and the shared GPU
-harness measures it.
+variant, the trial process loads it and launches it on torch's stream
+(workers.backends.cuda_launch), and the shared GPU harness measures it.
 
 Configuration keys that are NVRTC program options (use_fast_math, fma, ftz, prec_div,
 prec_sqrt, extra_device_vectorization, max_register_count, restrict), `ptxas_options` (a
@@ -24,20 +24,26 @@ from typing import Any
 
 from wire.contract import FailureReason, KernelSpec, MeasureSettings, Metric
 from wire.failures import TrialFailure
-from wire.kernels.resources import ResourceUse
 from wire.options import CUDA_PROGRAM_OPTIONS, macro_value, split_config
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel
+from workers.backends.cuda_launch import (
+    TorchStreams,
+    cuda_core,
+    kernel_attributes,
+    launch_failure_reason,
+    load_kernel,
+    refuse_loaded,
+)
 from workers.backends.gpu_loader import (
     GpuKernel,
     load_harness,
-    refuse_compiled,
     refuse_unlaunchable,
     require,
     resolve,
     shape_key,
+    warm_up_gpu,
 )
 from workers.compilers import controls, ptxas, toolchains
-from workers.measure.gpu_energy import nvml_energy_readable
 from workers.measure.gpu_limits import local_device_limits
 from workers.measure.gpu_toolchain import (
     acf_ptxas_flags,
@@ -46,20 +52,10 @@ from workers.measure.gpu_toolchain import (
     parse_ptxas_report,
     supports_acf,
 )
+from workers.measure.nvml_sampler import nvml_energy_readable
 
 HARNESS = ("DTYPE", "make_inputs", "arguments", "launch_geometry", "output", "reference", "macros")
 DEFAULT_ARCH = "sm_90"
-
-
-def _core() -> ModuleType:
-    """cuda.core's public names (1.x at the top level, 0.x under `experimental`)."""
-    import cuda.core as core
-
-    if hasattr(core, "Program"):
-        return core
-    import cuda.core.experimental as experimental
-
-    return experimental
 
 
 @functools.cache
@@ -107,41 +103,11 @@ def _arch(kernel: GpuKernel) -> str:
     if kernel.options.get("arch"):
         return str(kernel.options["arch"])
     try:
-        device = _core().Device()
+        device = cuda_core().Device()
         major, minor = device.compute_capability
         return f"sm_{major}{minor}"
     except Exception:
         return DEFAULT_ARCH
-
-
-class _TorchStreams:
-    """cuda.core views of torch's current stream (the capture stream inside graph capture),
-    one per stream handle, so that kernels launch in torch's stream order."""
-
-    def __init__(self, core: ModuleType) -> None:
-        self._core = core
-        self._streams: dict[int, Any] = {}
-
-    def current(self) -> Any:
-        import torch
-
-        handle = int(torch.cuda.current_stream().cuda_stream)
-        stream = self._streams.get(handle)
-        if stream is None:
-            try:
-                stream = self._core.Stream.from_handle(handle)
-            except Exception:  # older cuda.core: hand it the stream protocol instead
-                stream = _StreamProtocol(handle)
-            self._streams[handle] = stream
-        return stream
-
-
-class _StreamProtocol:
-    def __init__(self, handle: int) -> None:
-        self.handle = handle
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.handle)
 
 
 class CudaBackend(Backend):
@@ -149,20 +115,18 @@ class CudaBackend(Backend):
     warm_by_default = True
 
     def warm_up(self) -> None:
-        from workers.backends.triton_backend import warm_up_gpu
-
         warm_up_gpu()
         nvrtc_version()
         import torch
 
         if torch.cuda.is_available():
-            _core().Device(torch.cuda.current_device()).set_current()
+            cuda_core().Device(torch.cuda.current_device()).set_current()
 
     def probe(self) -> dict[str, Any]:
         try:
             import torch
 
-            core = _core()
+            core = cuda_core()
         except ImportError as exc:
             return {"available": False, "reason": f"cuda.core or torch missing: {exc}"}
         if not torch.cuda.is_available():
@@ -248,7 +212,7 @@ class CudaBackend(Backend):
     ) -> tuple[dict, str]:
         """NVRTC to a cubin; with an ACF, NVRTC to PTX and the worker's toolchain's ptxas to
         the cubin (NVRTC's own ptxas is of its release, which may not be the ACF's)."""
-        core = _core()
+        core = cuda_core()
         buffer = io.StringIO()
         started = time.perf_counter()
         if acf is not None:
@@ -310,14 +274,14 @@ class CudaBackend(Backend):
         harness = load_harness(resolved, built.directory / "src")
         require(harness, HARNESS)
         torch.cuda.init()
-        core = _core()
+        core = cuda_core()
         core.Device(torch.cuda.current_device()).set_current()
         kernels = {}
         for shape in resolved.workload:
             key = shape_key(shape.dims)
             path = built.directory / built.files[f"cubin:{key}"]
-            kernels[key] = _load_kernel(core, path, resolved.entry)
-            _refuse_loaded(kernels[key], harness, resolved.config, shape.dims)
+            kernels[key] = load_kernel(core, path, resolved.entry)
+            refuse_loaded(kernels[key], harness, resolved.config, shape.dims)
         return resolved, harness, kernels
 
     def _launch(
@@ -328,12 +292,12 @@ class CudaBackend(Backend):
         dims: dict[str, int],
         inputs: dict[str, Any],
     ) -> Any:
-        core = _core()
+        core = cuda_core()
         _, params = split_config(config, CUDA_PROGRAM_OPTIONS)
         grid, block, shared = harness.launch_geometry(dims, params)
         launch_config = core.LaunchConfig(grid=grid, block=block, shmem_size=shared)
         args = harness.arguments(inputs, dims, params)
-        streams = _TorchStreams(core)
+        streams = TorchStreams(core)
 
         def launch() -> None:
             core.launch(streams.current(), launch_config, kernel_handle, *args)
@@ -362,10 +326,10 @@ class CudaBackend(Backend):
             try:
                 checks.append(check_once(key, make_inputs, harness.output, run, reference))
             except Exception as exc:
-                raise TrialFailure(_launch_failure_reason(exc), f"{type(exc).__name__}: {exc}"[:2000]) from exc
+                raise TrialFailure(launch_failure_reason(exc), f"{type(exc).__name__}: {exc}"[:2000]) from exc
         tolerance = tolerance_for(harness.DTYPE, resolved.options.get("tolerance"))
         passed, details = verdict(checks, tolerance, seed)
-        details["kernel"] = {key: _attributes(handle) for key, handle in kernels.items()}
+        details["kernel"] = {key: kernel_attributes(handle) for key, handle in kernels.items()}
         return CheckOutcome(passed=passed, details=details)
 
     def measure(
@@ -396,60 +360,4 @@ class CudaBackend(Backend):
             environment["throughput"] = {"tbps": nbytes / total / (metrics["runtime_ms"].value / 1000.0) / 1e12}
         return metrics, environment
 
-
-def _load_kernel(core: ModuleType, path: Path, entry: str) -> Any:
-    try:
-        return core.ObjectCode.from_cubin(path.read_bytes()).get_kernel(entry)
-    except FileNotFoundError as exc:
-        raise TrialFailure(FailureReason.ERROR, f"compiled cubin missing: {path}") from exc
-    except Exception as exc:
-        raise TrialFailure(
-            FailureReason.COMPILE_ERROR, f"cannot load {path.name}: {type(exc).__name__}: {exc}"
-        ) from exc
-
-
-def _attributes(handle: Any) -> dict[str, Any]:
-    info: dict[str, Any] = {}
-    try:
-        attributes = handle.attributes
-        for name in (
-            "num_regs",
-            "shared_size_bytes",
-            "local_size_bytes",
-            "max_threads_per_block",
-            "binary_version",
-        ):
-            value = getattr(attributes, name)
-            info[name] = value() if callable(value) else value
-    except Exception as exc:
-        info["error"] = f"{type(exc).__name__}: {exc}"
-    return info
-
-
-def _launch_failure_reason(exc: Exception) -> FailureReason:
-    """Resources over the device's limits: infeasible; another refusal of the launch (an
-    invalid geometry): a compile error; anything else: a crash."""
-    text = str(exc).upper()
-    if "OUT_OF_RESOURCES" in text or "TOO MANY RESOURCES" in text:
-        return FailureReason.INFEASIBLE
-    return FailureReason.COMPILE_ERROR if "INVALID_VALUE" in text else FailureReason.CRASH
-
-
-def _refuse_loaded(handle: Any, harness: ModuleType, config: dict[str, Any], dims: dict[str, int]) -> None:
-    """A loaded kernel over this device's limits (its registers times the block's threads,
-    its static plus the launch's dynamic shared memory) is failed before it is launched."""
-    attributes = _attributes(handle)
-    if "error" in attributes:
-        return
-    _, params = split_config(config, CUDA_PROGRAM_OPTIONS)
-    try:
-        _, block, dynamic = harness.launch_geometry(dims, params)
-    except ValueError as exc:
-        raise TrialFailure(FailureReason.ERROR, f"workload shape {dims}: {exc}") from exc
-    threads = 1
-    for extent in block:
-        threads *= int(extent)
-    use = ResourceUse(shared_bytes=int(attributes.get("shared_size_bytes") or 0) + int(dynamic or 0),
-                      threads=threads, registers_per_thread=int(attributes.get("num_regs") or 0) or None)
-    refuse_compiled(use, local_device_limits(), "from the loaded kernel")
 

@@ -16,6 +16,7 @@ the compile-time macros a shape needs (tunable macros come from the configuratio
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -172,3 +173,25 @@ def refuse_compiled(use: ResourceUse, limits: DeviceLimits | None, what: str) ->
     found = violations(use, limits)
     if found:
         raise TrialFailure(FailureReason.INFEASIBLE, describe(found, limits) + f" ({what})")
+
+
+def warm_up_gpu() -> None:
+    """What the first trial in a process would pay for: torch and triton imported, the CUDA
+    context, cuBLAS (references), NVML and the measurement modules."""
+    import torch
+
+    import workers.measure.gpu_check  # noqa: F401
+    import workers.measure.gpu_harness  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # the cuda backend's machines may lack it
+        import triton  # noqa: F401
+
+    if not torch.cuda.is_available():
+        return
+    torch.cuda.init()
+    a = torch.ones((64, 64), device="cuda", dtype=torch.bfloat16)
+    (a @ a).float().sum().item()
+    with contextlib.suppress(Exception):
+        import pynvml
+
+        pynvml.nvmlInit()

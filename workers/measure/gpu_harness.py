@@ -26,13 +26,8 @@ from workers.measure.gpu_aggregate import (
     workload_metrics,
 )
 from workers.measure.gpu_energy import (
-    NvmlSampler,
-    Reading,
     edge_window,
     energy_window,
-    environment_summary,
-    nvml_handle_for_torch_device,
-    readings_between,
     steady_state_window,
     ticks_from_readings,
     window_calls,
@@ -44,6 +39,13 @@ from workers.measure.gpu_timing import (
     estimate_call_seconds,
     hot_window,
     plan_cold_samples,
+)
+from workers.measure.nvml_sampler import (
+    NvmlSampler,
+    Reading,
+    environment_summary,
+    nvml_handle_for_torch_device,
+    readings_between,
 )
 
 P99_MIN_SAMPLES = 300  # with fewer, no order statistic bounds the 99th percentile at 95%

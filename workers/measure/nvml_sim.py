@@ -186,7 +186,7 @@ def simulate_run(
     call estimate, the capture, the warm-up), the busy interval at `warmup_s`; graph replays
     of `replay_s` at full clock, enough to fill `window_s` at that speed; the sampler polls
     the counter every `poll_s` throughout."""
-    from workers.measure.gpu_energy import Reading
+    from workers.measure.nvml_sampler import Reading
 
     calls_per_replay = max(1, round(replay_s * gpu.busy_rate))
     replays = max(10, math.ceil(window_s / (calls_per_replay / gpu.busy_rate)))
