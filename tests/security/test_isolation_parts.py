@@ -26,8 +26,8 @@ from workers.cli import resolve_token
 from workers.sandbox import limits as isolation_limits
 from workers.sandbox.files import UnsafeFile
 from workers.sandbox.isolation import IsolationUnavailable, choose, reserve_uids, sandbox_env
-from workers.sandbox.sandbox import Sandbox
 from workers.sandbox.procs import descendants, kill_uid, processes_of_uid
+from workers.sandbox.sandbox import Sandbox
 
 KEY = "cd" + "1" * 62
 REPO = Path(__file__).resolve().parents[2]

@@ -33,6 +33,7 @@ from typing import Any
 
 from wire.contract import FailureReason, KernelSpec, MeasureSettings, Metric
 from wire.failures import TrialFailure
+from workers.backends import triton_compile_only
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel
 from workers.backends.gpu_loader import (
     GpuKernel,
@@ -44,7 +45,6 @@ from workers.backends.gpu_loader import (
     shape_key,
     warm_up_gpu,
 )
-from workers.backends import triton_compile_only
 from workers.backends.triton_kernel import (
     HARNESS,
     REPORT_FILE,
