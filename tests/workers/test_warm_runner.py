@@ -16,7 +16,7 @@ from workers.agent.core import Agent, AgentConfig, run_agent
 from workers.cli import parse_cpus
 from workers.sandbox.context import Context
 from workers.sandbox.runner import RunnerPool
-from workers.sandbox.sandbox import default_sandbox
+from workers.sandbox.sandbox import Sandbox, default_sandbox
 from workers.sandbox.stages import compile_trial, execute_trial
 
 
@@ -280,3 +280,18 @@ def test_a_runner_in_use_is_never_handed_out_twice(pool):
     again = pool.get("compile", "python", 2)  # another study: a fresh runner in an idle one's place
     assert again not in (first, second) and not first.alive() and second.alive()
     assert len(pool.runners[("compile", "python")]) == 2 and len(pool.runners[("run", "python")]) == 1
+
+
+def test_a_context_runs_its_warm_runners_in_its_own_sandbox(cache, pool, tmp_path):
+    import threading
+
+    other = Sandbox(work_root=tmp_path / "other")
+    try:
+        with pytest.raises(ValueError, match="another sandbox"):
+            Context(cache, sandbox=other, runners=pool)
+    finally:
+        other.close()
+    cancel = threading.Event()
+    held = Context(cache, runners=pool, compile_cpus=[0], run_cpus=[1]).for_work(cancel, print)
+    assert (held.cancel, held.on_phase, held.runners, held.sandbox) == (cancel, print, pool, pool.sandbox)
+    assert (held.cpus("compile"), held.cpus("run")) == ([0], [1])
