@@ -10,18 +10,22 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import httpx
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from service.artifacts.cli import artifact_app, error_message
 from service.controls.cli import acf_app
 from workers.cli import worker as run_worker_command
 from workers.compilers.cli import toolchain_app
+
+if TYPE_CHECKING:
+    from service.config import Settings
 
 app = typer.Typer(help="paretune: multi-objective Pareto tuning of GPU kernel configurations.",
                   no_args_is_help=True, add_completion=False)
@@ -42,9 +46,20 @@ TokenOpt = Annotated[str, typer.Option(envvar="PARETUNE_TOKEN", help="API token"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
-def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {message}", soft_wrap=True, markup=True, highlight=False)
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, markup=True, highlight=False)
     raise typer.Exit(code)
+
+
+def _settings() -> Settings:
+    """The service's settings from the environment; a value that cannot be used ends the
+    command with what its variable takes."""
+    from service.config import Settings, SettingsError
+
+    try:
+        return Settings.from_env()
+    except SettingsError as exc:
+        _fail(str(exc))
 
 
 class Api:
@@ -97,9 +112,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
     import uvicorn
 
     from service.app import create_app
-    from service.config import Settings
 
-    settings = Settings.from_env()
+    settings = _settings()
     options: dict[str, Any] = {"host": host, "port": port, "log_level": log_level, "timeout_graceful_shutdown": 5,
                                "timeout_keep_alive": int(settings.keep_alive_s)}
     if settings.is_sqlite and (processes > 1 or scheduler_process):
@@ -121,7 +135,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
         keeper.start()
     try:
         if processes == 1:
-            uvicorn.run(create_app(Settings.from_env()), **options)
+            uvicorn.run(create_app(_settings()), **options)
         else:  # each process builds its app from the same environment and serves as one more replica
             uvicorn.run("service.app:create_app", factory=True, workers=processes, **options)
     finally:
@@ -175,11 +189,10 @@ def scheduler(log_level: str = "info",
     import asyncio
     import logging
 
-    from service.config import Settings
     from service.scheduling import process
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings.from_env()
+    settings = _settings()
     if settings.is_sqlite:
         _fail("a scheduler process needs Postgres (PARETUNE_DATABASE_URL): SQLite has one writer at a time")
     try:
@@ -194,11 +207,10 @@ def scheduler(log_level: str = "info",
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Upgrade the database schema to the latest version."""
-    from service.config import Settings
     from service.store.db import Database
     from service.store.migrate import upgrade
 
-    db = Database(Settings.from_env().database_url)
+    db = Database(_settings().database_url)
     upgrade(db.engine)
     console.print(f"schema is current on {db.engine.url.render_as_string(hide_password=True)}")
 
@@ -207,11 +219,10 @@ def db_upgrade() -> None:
 def db_current() -> None:
     """Show the database's schema revision against this release's; exit 1 while it is behind
     (the migration job has not run yet)."""
-    from service.config import Settings
     from service.store.db import Database
     from service.store.migrate import schema_state
 
-    db = Database(Settings.from_env().database_url)
+    db = Database(_settings().database_url)
     state = schema_state(db.engine)
     console.print(f"database revision {state.current or '(none)'}, this release {state.head}: {state.status}")
     if state.status == "behind":
@@ -231,11 +242,10 @@ def token_create(
 ) -> None:
     """Create a token directly in the database and print its secret (shown once)."""
     from service.accounts import tokens as auth
-    from service.config import Settings
     from service.store.db import Database
     from service.store.migrate import upgrade
 
-    db = Database(Settings.from_env().database_url)
+    db = Database(_settings().database_url)
     upgrade(db.engine)
     with db.write() as session:
         if worker:
@@ -261,11 +271,10 @@ def up(
 
     from service.accounts import tokens as auth
     from service.app import create_app
-    from service.config import Settings
     from service.store.db import Database
     from service.store.migrate import upgrade
 
-    settings = Settings.from_env()
+    settings = _settings()
     db = Database(settings.database_url)
     upgrade(db.engine)
     with db.write() as session:

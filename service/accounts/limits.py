@@ -4,16 +4,18 @@ refused (429) until the oldest of them leaves the window. Kept per replica, in m
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
+from collections import deque
+
+from cachetools import LRUCache
 
 
 class FailureLimiter:
     def __init__(self, limit: int, window_s: float = 60.0, max_clients: int = 100_000) -> None:
         self.limit = limit
         self.window_s = window_s
-        self.max_clients = max_clients
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-        self._lock = threading.Lock()
+        # when too many clients are tracked, the one heard from least lately is forgotten first
+        self._failures: LRUCache[str, deque[float]] = LRUCache(maxsize=max_clients)
+        self._lock = threading.Lock()  # cachetools' caches are not thread-safe
 
     def retry_after(self, client: str, now: float) -> float | None:
         """Seconds until `client` may try again, or None when it may now."""
@@ -35,8 +37,4 @@ class FailureLimiter:
             times = self._failures.get(client)
             if times is None:
                 times = self._failures[client] = deque(maxlen=self.limit)
-                # forget the quietest clients first when too many are tracked
-                while len(self._failures) > self.max_clients:
-                    self._failures.popitem(last=False)
-            self._failures.move_to_end(client)
             times.append(now)

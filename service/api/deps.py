@@ -64,7 +64,7 @@ class AppState:
     def signing_key(self) -> SigningKey:
         """The artifact signing key, read (or made) on first use."""
         if self._signing is None:
-            self._signing = load_signing_key(self.settings.data_dir)
+            self._signing = load_signing_key(self.settings.data_dir, self.settings.signing_key_file)
         return self._signing
 
 

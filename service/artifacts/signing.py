@@ -60,26 +60,17 @@ class SigningKey:
         return PublicKeyInfo(key_id=self.key_id, pem=pem.decode("ascii"), raw_base64=base64.b64encode(raw).decode())
 
 
-def key_path(data_dir: Path, environ: dict[str, str] | None = None) -> tuple[Path, bool]:
-    """(the key file, whether it was configured explicitly)."""
-    env = os.environ if environ is None else environ
-    configured = env.get(KEY_FILE_ENV)
-    if configured:
-        return Path(configured), True
-    return Path(data_dir) / DEFAULT_KEY_NAME, False
-
-
-def load_signing_key(data_dir: Path, environ: dict[str, str] | None = None) -> SigningKey:
-    """The service's key: PARETUNE_SIGNING_KEY_FILE if set (it must exist), else the data
-    dir's key file, created on first use."""
-    path, configured = key_path(data_dir, environ)
-    if configured:
-        if not path.is_file():
+def load_signing_key(data_dir: Path, configured: Path | None = None) -> SigningKey:
+    """The service's key: the configured file (PARETUNE_SIGNING_KEY_FILE; it must exist), else
+    the data dir's key file, created on first use."""
+    if configured is not None:
+        if not configured.is_file():
             raise SigningKeyError(
-                f"{KEY_FILE_ENV}={path} does not exist; create a key with "
-                f"`openssl genpkey -algorithm ed25519 -out {path}` or unset {KEY_FILE_ENV}"
+                f"{KEY_FILE_ENV}={configured} does not exist; create a key with "
+                f"`openssl genpkey -algorithm ed25519 -out {configured}` or unset {KEY_FILE_ENV}"
             )
-        return SigningKey(read_private_key(path), path)
+        return SigningKey(read_private_key(configured), configured)
+    path = Path(data_dir) / DEFAULT_KEY_NAME
     if not path.exists():
         create_key_file(path)
     return SigningKey(read_private_key(path), path)

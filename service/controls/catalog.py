@@ -1,16 +1,15 @@
 """The operator's CompileIQ search-space catalog: a directory in CompileIQ's air-gapped
 mirror layout (manifest.json and the binaries it lists), set with PARETUNE_CONTROLS_CATALOG
-(or CompileIQ's own CIQ_SEARCH_SPACES_DIR). The service reads it and never downloads: an
-entry is usable when its file is there with the manifest's size and sha256. The files are
-under NVIDIA's licence, the operator's to provide; nothing of them goes into a study, an
-artifact or a response but their identity (compiler, version, variant, sha256).
+(or CompileIQ's own CIQ_SEARCH_SPACES_DIR), a setting of service.config. The service reads it
+and never downloads: an entry is usable when its file is there with the manifest's size and
+sha256. The files are under NVIDIA's licence, the operator's to provide; nothing of them goes
+into a study, an artifact or a response but their identity (compiler, version, variant, sha256).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MANIFEST = "manifest.json"
 ENV = "PARETUNE_CONTROLS_CATALOG"
-COMPILEIQ_ENV = "CIQ_SEARCH_SPACES_DIR"
 
 
 class _Entry(BaseModel):
@@ -65,11 +63,6 @@ class CatalogError(LookupError):
     """What the catalog lacks, and what it has."""
 
 
-def configured_directory() -> Path | None:
-    value = os.environ.get(ENV) or os.environ.get(COMPILEIQ_ENV)
-    return Path(value) if value else None
-
-
 class ControlsCatalog:
     """The catalog directory's entries, read again when its manifest changes."""
 
@@ -79,10 +72,6 @@ class ControlsCatalog:
         self._seen: tuple[float, int] | None = None
         self._entries: list[SearchSpace] = []
         self.problem: str | None = None  # why the catalog cannot be read at all
-
-    @classmethod
-    def from_env(cls) -> ControlsCatalog:
-        return cls(configured_directory())
 
     def entries(self) -> list[SearchSpace]:
         if self.directory is None:

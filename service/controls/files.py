@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import base64
 import threading
-from collections import OrderedDict
 from typing import Any
 
+from cachetools import LRUCache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -32,9 +32,8 @@ class ControlsFiles:
     """A per-process cache of the wire form of controls files, least recently used out."""
 
     def __init__(self, capacity: int = 2048) -> None:
-        self.capacity = capacity
-        self._files: OrderedDict[str, wire.ControlsFile] = OrderedDict()
-        self._lock = threading.Lock()
+        self._files: LRUCache[str, wire.ControlsFile] = LRUCache(maxsize=capacity)
+        self._lock = threading.Lock()  # cachetools' caches are not thread-safe
 
     def for_config(self, session: Session, controls: dict[str, Any], config: dict[str, Any]) -> list[wire.ControlsFile]:
         """The files `config` names through the kernel's controls parameters."""
@@ -42,15 +41,11 @@ class ControlsFiles:
         if not wanted:
             return []
         with self._lock:
-            found = {sha: self._files[sha] for sha in wanted if sha in self._files}
-            for sha in found:
-                self._files.move_to_end(sha)
+            found = {sha: file for sha in wanted if (file := self._files.get(sha)) is not None}
         missing = [sha for sha in wanted if sha not in found]
         if missing:
             files = read(session, missing)
             with self._lock:
                 for file in files:
                     found[file.sha256] = self._files[file.sha256] = file
-                while len(self._files) > self.capacity:
-                    self._files.popitem(last=False)
         return [found[sha] for sha in wanted if sha in found]

@@ -5,6 +5,9 @@ so one dominance rule serves every study whatever its objective directions.
 
 Equal points never dominate each other: two trials that measured the same numbers both stay on
 the front, because the service cannot tell which one a user would pick.
+
+The batch front and hypervolume are moocore's (C, the best-known algorithms per dimension); the
+front and two-objective hypervolume kept result by result are here, as no library has them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
+import moocore
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -23,11 +27,6 @@ BoolArray = NDArray[np.bool_]
 Reference = Sequence[float] | FloatArray
 
 DIRECTIONS = ("minimize", "maximize")
-
-# Bounds the boolean temporaries of the blocked dominance test (elements, before the m axis):
-# large enough to amortise numpy's per-call cost, small enough to stay in cache-sized memory.
-_COMPARISONS_PER_CHUNK = 1 << 20
-_BLOCK_SIZE = 256
 
 
 def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -190,29 +189,17 @@ class IncrementalFront(Generic[K]):
 
 
 def non_dominated_mask(points: ArrayLike) -> BoolArray:
-    """Marks the rows of an (n, m) array that no other row dominates.
-
-    Sweeps for m <= 3, O(n log n) whatever the data. For m > 3 a blocked, vectorised
-    elimination in an order where no point can be dominated by a later one: fast while the
-    front is a small part of the data (random 4-D data: ~350 of 100k points), O(n^2 m) when
-    nearly every point is on the front.
-    """
+    """Marks the rows of an (n, m) array that no other row dominates; equal rows share their
+    mark. O(n log n) for m <= 3, O(n log^(m-2) n) above (moocore's dimension sweeps)."""
     array = _as_points(points)
-    n, m = array.shape
-    if n == 0:
+    if array.shape[0] == 0:
         return np.zeros(0, dtype=bool)
-    if m == 1:
-        return np.asarray(array[:, 0] == array[:, 0].min())
-    if m == 2:
-        return _non_dominated_mask_2d(array)
-    unique_rows, inverse = np.unique(array, axis=0, return_inverse=True)
-    ranks = _dense_ranks(unique_rows)
-    unique_mask = _non_dominated_mask_3d(ranks) if m == 3 else _non_dominated_mask_blocked(ranks)
-    return unique_mask[inverse.reshape(-1)]
+    return np.asarray(moocore.is_nondominated(array, keep_weakly=True), dtype=bool)
 
 
 def hypervolume(points: ArrayLike, reference: Reference) -> float:
-    """Exact volume dominated by `points` and bounded by `reference`.
+    """Exact volume dominated by `points` and bounded by `reference` (moocore's: O(n log n)
+    up to three objectives, O(n^2) with four).
 
     Points that are not strictly better than the reference in every objective add no volume
     and are dropped first, so a bad reference choice shows as 0, never as an error.
@@ -224,7 +211,7 @@ def hypervolume(points: ArrayLike, reference: Reference) -> float:
         return 0.0
     if not np.all(np.isfinite(inside)):
         return float("inf")  # a -inf coordinate dominates an unbounded box
-    return _hypervolume_inside(inside, ref)
+    return float(moocore.hypervolume(inside, ref=ref))
 
 
 def hypervolume_history(points_in_completion_order: ArrayLike, reference: Reference) -> list[float]:
@@ -307,137 +294,7 @@ def _as_reference(reference: Reference) -> FloatArray:
     return ref
 
 
-# --- non-dominated sorting -----------------------------------------------------------------
-
-
-def _non_dominated_mask_2d(points: FloatArray) -> BoolArray:
-    """One sweep in x order: a point is dominated by a smaller-x point with y no larger, or by
-    an equal-x point with a smaller y (the first of its x group, after sorting by y)."""
-    order = np.lexsort((points[:, 1], points[:, 0]))
-    x, y = points[order, 0], points[order, 1]
-    starts_group = np.r_[True, x[1:] != x[:-1]]
-    group = np.cumsum(starts_group) - 1
-    group_min_y = y[starts_group]
-    earlier_min_y = np.r_[np.inf, np.minimum.accumulate(group_min_y)[:-1]]
-    dominated = (earlier_min_y[group] <= y) | (group_min_y[group] < y)
-    mask = np.empty(points.shape[0], dtype=bool)
-    mask[order] = ~dominated
-    return mask
-
-
-def _dense_ranks(points: FloatArray) -> NDArray[np.int64]:
-    """Replaces each column by its dense rank: dominance is unchanged, and the row sums become
-    exact integers that strictly increase along any dominance chain."""
-    ranks = np.empty(points.shape, dtype=np.int64)
-    for column in range(points.shape[1]):
-        ranks[:, column] = np.unique(points[:, column], return_inverse=True)[1].reshape(-1)
-    return ranks
-
-
-def _non_dominated_mask_3d(ranks: NDArray[np.int64]) -> BoolArray:
-    """Front of distinct rank rows in lexicographic order (as `np.unique` returns them).
-
-    Every earlier row has x no larger, so a row is dominated exactly when an earlier front row
-    has y and z no larger; a Fenwick tree over y answers "smallest z among y <= this" in
-    O(log n). Plain Python, yet faster than any O(n * front) numpy pass at 100k points.
-    """
-    ys, zs = ranks[:, 1].tolist(), ranks[:, 2].tolist()
-    size = max(ys) + 1
-    no_point = len(zs)  # larger than every z rank
-    smallest_z = [no_point] * (size + 1)  # 1-based Fenwick tree of prefix minima
-    on_front = [False] * len(ys)
-    for row, (y, z) in enumerate(zip(ys, zs, strict=True)):
-        best, node = no_point, y + 1
-        while node:
-            if smallest_z[node] < best:
-                best = smallest_z[node]
-            node &= node - 1
-        if best <= z:
-            continue
-        on_front[row] = True
-        node = y + 1
-        while node <= size:
-            if z < smallest_z[node]:
-                smallest_z[node] = z
-            node += node & -node
-    return np.array(on_front, dtype=bool)
-
-
-def _non_dominated_mask_blocked(ranks: NDArray[np.int64]) -> BoolArray:
-    """Front of distinct rank rows, taking blocks in increasing rank-sum order.
-
-    A point cannot be dominated by one with a larger or equal rank sum, and every point removed
-    so far was removed by a front point, so the survivors of a block that no other survivor of
-    the same block dominates are exactly the next front points.
-    """
-    sums = ranks.sum(axis=1)
-    remaining = np.argsort(sums, kind="stable")
-    on_front = np.zeros(ranks.shape[0], dtype=bool)
-    while remaining.size:
-        block, rest = remaining[:_BLOCK_SIZE], remaining[_BLOCK_SIZE:]
-        block_front = block[~_dominated_by(ranks, sums, block, block)]
-        on_front[block_front] = True
-        remaining = rest[~_dominated_by(ranks, sums, block_front, rest)]
-    return on_front
-
-
-def _dominated_by(
-    ranks: NDArray[np.int64],
-    sums: NDArray[np.int64],
-    front: NDArray[np.intp],
-    candidates: NDArray[np.intp],
-) -> BoolArray:
-    """Which `candidates` rows some `front` row dominates; for distinct rank rows, "no worse
-    everywhere and a smaller rank sum" is exactly dominance. Chunked to bound temporaries."""
-    dominated = np.zeros(candidates.size, dtype=bool)
-    if front.size == 0:
-        return dominated
-    front_ranks, front_sums = ranks[front][:, None, :], sums[front][:, None]
-    chunk = max(1, _COMPARISONS_PER_CHUNK // front.size)
-    for start in range(0, candidates.size, chunk):
-        part = candidates[start : start + chunk]
-        no_worse = np.all(front_ranks <= ranks[part][None, :, :], axis=2)
-        smaller = front_sums < sums[part][None, :]
-        dominated[start : start + chunk] = np.any(no_worse & smaller, axis=0)
-    return dominated
-
-
-# --- hypervolume ---------------------------------------------------------------------------
-
-
-def _hypervolume_inside(points: FloatArray, ref: FloatArray) -> float:
-    """Exact volume for finite points all strictly inside the reference box."""
-    m = ref.size
-    if m == 1:
-        return float(ref[0] - points[:, 0].min())
-    if m == 2:
-        return _hypervolume_2d(points, ref)
-    if m == 3:
-        return _hypervolume_3d(points.tolist(), ref.tolist())
-    return _hypervolume_nd(points[non_dominated_mask(points)], ref)
-
-
-def _hypervolume_2d(points: FloatArray, ref: FloatArray) -> float:
-    """Sum of vertical strips in x order; each strip's height comes from the best y so far,
-    so dominated and repeated points need no filtering."""
-    order = np.lexsort((points[:, 1], points[:, 0]))
-    x, best_y = points[order, 0], np.minimum.accumulate(points[order, 1])
-    widths = np.diff(np.r_[x, ref[0]])
-    return float(np.dot(widths, ref[1] - best_y))
-
-
-def _hypervolume_3d(points: list[list[float]], ref: list[float]) -> float:
-    """Slices along z: between consecutive z values the dominated cross-section is the 2-D
-    area of the points seen so far, kept incrementally by `_Staircase`."""
-    points = sorted(points, key=lambda p: p[2])
-    staircase = _Staircase(ref[0], ref[1])
-    volume = 0.0
-    previous_z = points[0][2]
-    for x, y, z in points:
-        volume += staircase.area * (z - previous_z)
-        staircase.add(x, y)
-        previous_z = z
-    return volume + staircase.area * (ref[2] - previous_z)
+# --- the running two-objective hypervolume -------------------------------------------------
 
 
 class _Staircase:
@@ -476,21 +333,3 @@ class _Staircase:
             next_x = steps[i + 1][0] if i + 1 < len(steps) else self.ref_x
             covered += (next_x - step_x) * (ceiling - step_y)
         return covered
-
-
-def _hypervolume_nd(front: FloatArray, ref: FloatArray) -> float:
-    """WFG (While et al. 2012) for m >= 4, summing each point's exclusive volume.
-
-    Points go in decreasing order of the last objective, so every later point limited by the
-    current one shares its last coordinate: the exclusive volume is the slab height times an
-    (m-1)-objective exclusive volume, and the recursion loses one dimension per level.
-    """
-    front = front[np.argsort(-front[:, -1], kind="stable")]
-    inner_ref = ref[:-1]
-    volume = 0.0
-    for i, point in enumerate(front):
-        own = float(np.prod(inner_ref - point[:-1]))
-        limited = np.maximum(front[i + 1 :, :-1], point[:-1])
-        shadowed = _hypervolume_inside(limited, inner_ref) if limited.shape[0] else 0.0
-        volume += float(ref[-1] - point[-1]) * (own - shadowed)
-    return volume

@@ -203,7 +203,7 @@ def _value(param: Any, raw: Any) -> Any:
 class EngineMirror:
     """A study's CompileIQ search, kept in step with the trials table and its checkpoint."""
 
-    def __init__(self, study: Study, catalog: ControlsCatalog | None) -> None:
+    def __init__(self, study: Study, catalog: ControlsCatalog) -> None:
         doc = study.document
         self.study_id = study.id
         self.objectives = [o["name"] for o in study.objectives]
@@ -213,7 +213,7 @@ class EngineMirror:
         self.seed = doc["sampler"].get("seed")
         self.options = dict(doc["sampler"].get("options") or {})
         self.max_trials = int(doc["budget"]["max_trials"])
-        self.catalog = catalog or ControlsCatalog.from_env()
+        self.catalog = catalog
         self.feasibility = feasibility.Feasibility(study)
         self.front: Front | None = None
         self.warm: list[dict[str, Any]] = [*(doc.get("warm_start_configs") or []),

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import optuna
+from cachetools import LRUCache
 from optuna.trial import TrialState as OptunaState
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
@@ -272,25 +272,24 @@ class MirrorCache:
     """Per-process mirrors, least recently used first out: Optuna's, or CompileIQ's engine
     (service.scheduling.engine) for `sampler: compileiq`."""
 
-    def __init__(self, capacity: int = 256, catalog: ControlsCatalog | None = None) -> None:
-        self.capacity = capacity
-        self.catalog = catalog or ControlsCatalog.from_env()
-        self._mirrors: OrderedDict[int, StudyMirror] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, catalog: ControlsCatalog, capacity: int = 256) -> None:
+        self.catalog = catalog
+        self._mirrors: LRUCache[int, StudyMirror] = LRUCache(maxsize=capacity)
+        self._lock = threading.Lock()  # cachetools' caches are not thread-safe
 
     def get(self, session: Session, study: Study) -> StudyMirror:
         """The synced mirror of `study`; call only with the study's lock held."""
-        evicted = []
+        evicted: StudyMirror | None = None
         with self._lock:
-            mirror = self._mirrors.pop(study.id, None)
+            mirror = self._mirrors.get(study.id)
             if mirror is None:
                 engine = study.document["sampler"]["name"] == "compileiq"
                 mirror = EngineMirror(study, self.catalog) if engine else Mirror(study)
-            self._mirrors[study.id] = mirror
-            while len(self._mirrors) > self.capacity:
-                evicted.append(self._mirrors.popitem(last=False)[1])
-        for old in evicted:
-            old.close()
+                if len(self._mirrors) >= self._mirrors.maxsize:  # taken here to close it outside the lock
+                    evicted = self._mirrors.popitem()[1]
+                self._mirrors[study.id] = mirror
+        if evicted is not None:
+            evicted.close()
         try:
             mirror.sync(session)
         except BaseException:
@@ -306,6 +305,7 @@ class MirrorCache:
 
     def clear(self) -> None:
         with self._lock:
-            mirrors, self._mirrors = list(self._mirrors.values()), OrderedDict()
+            mirrors = list(self._mirrors.values())
+            self._mirrors.clear()
         for mirror in mirrors:
             mirror.close()

@@ -5,11 +5,10 @@ keeps what it has read; only `last_seen_at` is written, at most every LAST_SEEN_
 from __future__ import annotations
 
 import threading
-import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import LRUCache, TTLCache
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
@@ -40,10 +39,9 @@ class WorkerInfo:
 
 class WorkerDirectory:
     def __init__(self, capacity: int = 20_000) -> None:
-        self.capacity = capacity
-        self._workers: OrderedDict[int, WorkerInfo] = OrderedDict()
-        self._seen: dict[int, float] = {}
-        self._lock = threading.Lock()
+        self._workers: LRUCache[int, WorkerInfo] = LRUCache(maxsize=capacity)
+        self._seen: TTLCache[int, bool] = TTLCache(maxsize=capacity, ttl=LAST_SEEN_EVERY_S)  # recorded lately
+        self._lock = threading.Lock()  # cachetools' caches are not thread-safe
 
     def get(self, session: Session, worker_id: int) -> WorkerInfo | None:
         with self._lock:
@@ -59,17 +57,12 @@ class WorkerDirectory:
         info = WorkerInfo.of(row)
         with self._lock:
             self._workers[info.id] = info
-            while len(self._workers) > self.capacity:
-                self._workers.popitem(last=False)
         return info
 
     def seen(self, session: Session, worker_id: int) -> None:
         """Record that the worker called, if it has not been recorded lately."""
-        now = time.monotonic()
         with self._lock:
-            if now - self._seen.get(worker_id, -LAST_SEEN_EVERY_S) < LAST_SEEN_EVERY_S:
+            if worker_id in self._seen:
                 return
-            self._seen[worker_id] = now
-            if len(self._seen) > self.capacity:
-                self._seen.clear()
+            self._seen[worker_id] = True
         session.execute(update(Worker).where(Worker.id == worker_id).values(last_seen_at=utcnow()))

@@ -16,7 +16,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from service.artifacts.signing import (
     DEFAULT_KEY_NAME,
-    KEY_FILE_ENV,
     SigningKeyError,
     load_signing_key,
 )
@@ -24,17 +23,17 @@ from wire.artifact import key_id, sign, verify
 
 
 def test_generated_once_under_the_data_dir_with_mode_0600(tmp_path: Path) -> None:
-    key = load_signing_key(tmp_path / "data", {})
+    key = load_signing_key(tmp_path / "data")
     path = tmp_path / "data" / DEFAULT_KEY_NAME
     assert key.path == path
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    again = load_signing_key(tmp_path / "data", {})
+    again = load_signing_key(tmp_path / "data")
     assert again.key_id == key.key_id
     assert sorted(p.name for p in path.parent.iterdir()) == [DEFAULT_KEY_NAME]
 
 
 def test_public_key_forms_agree(tmp_path: Path, document_factory) -> None:
-    key = load_signing_key(tmp_path, {})
+    key = load_signing_key(tmp_path)
     info = key.public_info()
     public = serialization.load_pem_public_key(info.pem.encode())
     raw = base64.b64decode(info.raw_base64)
@@ -51,7 +50,7 @@ def test_configured_key_file_made_by_openssl(tmp_path: Path) -> None:
     path.parent.mkdir()
     subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(path)], check=True)
     public = subprocess.run(["openssl", "pkey", "-in", str(path), "-pubout"], check=True, capture_output=True).stdout
-    key = load_signing_key(tmp_path / "data", {KEY_FILE_ENV: str(path)})
+    key = load_signing_key(tmp_path / "data", path)
     assert key.path == path
     assert key.public_info().pem.encode() == public
     assert not (tmp_path / "data").exists()  # nothing generated when a key is configured
@@ -60,7 +59,7 @@ def test_configured_key_file_made_by_openssl(tmp_path: Path) -> None:
 def test_configured_key_must_exist_and_be_ed25519(tmp_path: Path) -> None:
     missing = tmp_path / "missing.pem"
     with pytest.raises(SigningKeyError, match="does not exist"):
-        load_signing_key(tmp_path, {KEY_FILE_ENV: str(missing)})
+        load_signing_key(tmp_path, missing)
     other = tmp_path / "ec.pem"
     other.write_bytes(
         ec.generate_private_key(ec.SECP256R1()).private_bytes(
@@ -68,15 +67,15 @@ def test_configured_key_must_exist_and_be_ed25519(tmp_path: Path) -> None:
         )
     )
     with pytest.raises(SigningKeyError, match="Ed25519"):
-        load_signing_key(tmp_path, {KEY_FILE_ENV: str(other)})
+        load_signing_key(tmp_path, other)
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a key")
     with pytest.raises(SigningKeyError, match="cannot read"):
-        load_signing_key(tmp_path, {KEY_FILE_ENV: str(garbage)})
+        load_signing_key(tmp_path, garbage)
 
 
 def _key_id_of(data_dir: str) -> str:
-    return load_signing_key(Path(data_dir), {}).key_id
+    return load_signing_key(Path(data_dir)).key_id
 
 
 def test_concurrent_first_use_agrees_on_one_key(tmp_path: Path) -> None:

@@ -184,7 +184,7 @@ def test_the_postgres_connections_it_needs_are_stated(rendered: tuple[str, list[
     hpa = _one(objects, "HorizontalPodAutoscaler", "paretune-api")
     (api_container,) = _containers(api)
     (scheduler_container,) = _containers(scheduler)
-    settings_default = next(f.default for f in dataclasses.fields(Settings) if f.name == "db_pool_size")
+    settings_default = Settings.model_fields["db_pool_size"].default
     per_api = pool(api_container, settings_default) + MAX_OVERFLOW
     per_scheduler = min(pool(scheduler_container, settings_default), SCHEDULER_POOL) + MAX_OVERFLOW
     needed = (most_pods(api, hpa["spec"]["maxReplicas"]) * per_api

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from service.domain.pareto import (
     Hypervolume2D,
@@ -42,6 +43,14 @@ def point_sets(draw: st.DrawFn, min_m: int = 1, max_m: int = 4, max_n: int = 30)
         values = st.floats(0, 10, allow_nan=False, allow_infinity=False, width=32)
     flat = draw(st.lists(values, min_size=n * m, max_size=n * m))
     return np.array(flat, dtype=float).reshape(n, m)
+
+
+@st.composite
+def fronts(draw: st.DrawFn, m: int, max_n: int = 60) -> np.ndarray:
+    """Points on the positive unit sphere: mutually non-dominated, the shape of a study's front."""
+    n = draw(st.integers(1, max_n))
+    directions = draw(arrays(np.float64, (n, m), elements=st.floats(0.01, 1.0)))
+    return directions / np.linalg.norm(directions, axis=1, keepdims=True)
 
 
 def brute_force_mask(points: np.ndarray) -> np.ndarray:
@@ -328,6 +337,32 @@ def test_hypervolume_matches_optuna_on_random_data(m: int, seed: int) -> None:
     for points in (rng.random((300, m)), on_sphere(rng, 200, m), rng.random((50, m)) * 1.1):
         expected = optuna_hypervolume(points, reference)
         assert hypervolume(points, reference) == pytest.approx(expected, rel=1e-9)
+
+
+@examples
+@given(st.sampled_from([3, 4]).flatmap(fronts))
+def test_front_and_hypervolume_match_optuna_on_random_fronts(front: np.ndarray) -> None:
+    reference = np.full(front.shape[1], 1.1)
+    np.testing.assert_array_equal(non_dominated_mask(front), optuna_front(front))
+    assert hypervolume(front, reference) == pytest.approx(optuna_hypervolume(front, reference), rel=1e-9)
+
+
+@examples
+@given(st.sampled_from([3, 4]).flatmap(fronts), st.data())
+def test_duplicates_and_points_beyond_the_reference_match_optuna(front: np.ndarray, data: st.DataObject) -> None:
+    """A reference that cuts through the front (points near an axis lie beyond it), repeated
+    members, dominated copies and points on the reference's boundary."""
+    m = front.shape[1]
+    reference = np.full(m, 0.9)
+    repeated = front[data.draw(st.lists(st.integers(0, len(front) - 1), max_size=20))]
+    on_boundary = front * 0.5
+    on_boundary[:, 0] = reference[0]
+    points = np.vstack([front, repeated, front * 1.5, on_boundary])
+    points = points[data.draw(st.permutations(range(len(points))))]
+    np.testing.assert_array_equal(non_dominated_mask(points), optuna_front(points))
+    expected = optuna_hypervolume(points, reference)
+    assert hypervolume(points, reference) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert hypervolume(front, reference) == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
 def test_hypervolume_rejects_what_it_cannot_measure() -> None:
