@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
@@ -56,7 +56,7 @@ class _Columns:
     arrival: str
     prompt: str
     output: str
-    seconds: Callable[[Any], float]  # an arrival value in seconds (any origin)
+    time_ns: Callable[[Any], int]  # an arrival value in nanoseconds (any origin)
 
 
 def _integer(value: Any, field: str, line: int) -> int:
@@ -69,25 +69,29 @@ def _integer(value: Any, field: str, line: int) -> int:
     return number
 
 
-def _seconds(value: Any) -> float:
+def _ns(value: Any, unit_ns: int) -> int:
+    """A number of `unit_ns` nanoseconds, exactly (Decimal, not a binary fraction)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError
-    number = float(value)
-    if not math.isfinite(number):
+    number = Decimal(str(value).strip()) * unit_ns
+    if not number.is_finite():
         raise ValueError
-    return number
+    return int(number.to_integral_value())
 
 
-def _timestamp(value: Any) -> float:
-    """Seconds since the epoch of an ISO 8601 time; one without an offset is taken as UTC."""
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _timestamp_ns(value: Any) -> int:
+    """Nanoseconds since the epoch of an ISO 8601 time (to the microsecond; without an offset: UTC)."""
     moment = datetime.fromisoformat(str(value).strip())
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    return (((moment if moment.tzinfo else moment.replace(tzinfo=UTC)) - EPOCH) // timedelta(microseconds=1)) * 1000
 
 
 COLUMNS = {
-    TraceFormat.AZURE: _Columns("TIMESTAMP", "ContextTokens", "GeneratedTokens", _timestamp),
-    TraceFormat.MOONCAKE: _Columns("timestamp", "input_length", "output_length", lambda ms: _seconds(ms) / 1000),
-    TraceFormat.BURSTGPT: _Columns("Timestamp", "Request tokens", "Response tokens", _seconds),
+    TraceFormat.AZURE: _Columns("TIMESTAMP", "ContextTokens", "GeneratedTokens", _timestamp_ns),
+    TraceFormat.MOONCAKE: _Columns("timestamp", "input_length", "output_length", lambda ms: _ns(ms, 1_000_000)),
+    TraceFormat.BURSTGPT: _Columns("Timestamp", "Request tokens", "Response tokens", lambda s: _ns(s, 1_000_000_000)),
 }
 TIME_FORMS = {
     TraceFormat.AZURE: "a time such as 2023-11-16 18:17:03.9799600",
@@ -118,9 +122,9 @@ def _json_rows(handle: TextIO, columns: _Columns) -> Iterator[tuple[int, dict[st
         if not text.strip():
             continue
         try:
-            row = json.loads(text)
-        except ValueError as exc:
-            raise TraceError(number, None, f"not JSON: {exc}") from None
+            row = json.loads(text.rstrip("\r\n"))
+        except json.JSONDecodeError as exc:
+            raise TraceError(number, None, f"not JSON: {exc.msg} at column {exc.pos + 1}") from None
         if not isinstance(row, dict):
             raise TraceError(number, None, "not a JSON object")
         for name in (columns.arrival, columns.prompt, columns.output):
@@ -134,16 +138,16 @@ def read_trace(path: Path, trace_format: TraceFormat) -> Iterator[Request]:
     columns = COLUMNS[trace_format]
     with path.open(newline="", encoding="utf-8") as handle:
         rows = _json_rows(handle, columns) if trace_format is TraceFormat.MOONCAKE else _csv_rows(handle, columns)
-        first: float | None = None
+        first: int | None = None
         previous = (0, 0)  # line, arrival_ns
         for line, row in rows:
             try:
-                seconds = columns.seconds(row[columns.arrival])
-            except (ValueError, TypeError, OverflowError):
+                time_ns = columns.time_ns(row[columns.arrival])
+            except (ValueError, TypeError, OverflowError, ArithmeticError):
                 raise TraceError(line, columns.arrival, f"{json.dumps(row[columns.arrival])} is not "
                                  f"{TIME_FORMS[trace_format]}") from None
-            first = seconds if first is None else first
-            arrival = round((seconds - first) * 1e9)
+            first = time_ns if first is None else first
+            arrival = time_ns - first
             if arrival < previous[1]:
                 raise TraceError(line, columns.arrival, f"{row[columns.arrival]} is earlier than line {previous[0]}'s: "
                                  "sort the trace by time")
