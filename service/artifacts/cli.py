@@ -348,7 +348,8 @@ def export_vllm_moe(
             experts, n = moe[0].vllm["E"], moe[0].vllm["N"]
         if experts is None or n is None or (workload is None) == (buckets is None):
             _fail("give -E and -N (or --preset), and --workload or --buckets")
-        grid = TrafficMix.model_validate_json(workload.read_text()).buckets if workload else parse_buckets(str(buckets))
+        grid = _traffic_buckets(TrafficMix.model_validate_json(workload.read_text())) if workload else (
+            parse_buckets(str(buckets)))
         parameters = VllmMoeParameters.model_validate({
             "experts": experts, "n": n, "dtype": dtype, "device_name": device_name, "buckets": list(grid),
             "block_shape": block_shape.split(",") if block_shape else None,
@@ -358,6 +359,11 @@ def export_vllm_moe(
         _fail(str(exc))
     output.mkdir(parents=True, exist_ok=True)
     _write_export(export, output / export.file_name)
+
+
+def _traffic_buckets(mix: Any) -> list[int]:
+    """The buckets a traffic mix puts steps in (a study measures only those)."""
+    return [shape.dims[mix.dim] for shape in mix.workload]
 
 
 def _key_value(text: str) -> tuple[str, int]:
