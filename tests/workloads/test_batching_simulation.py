@@ -7,9 +7,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_TRACE, write_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from workload_factory import SMALL_TRACE, write_trace
 
 from service.workloads.batching import Serving, SimulationError, simulate
 from service.workloads.mix import Bin, TraceInfo, histogram, nearest_bucket, traffic_mix

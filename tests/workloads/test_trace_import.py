@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_TRACE, write_trace
+from workload_factory import SMALL_TRACE, write_trace
 
 from service.workloads.traces import Request, TraceError, TraceFormat, read_trace
 

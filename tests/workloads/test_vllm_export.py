@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from artifacts.artifact_factory import H200
-from conftest import moe_config, signed_artifact
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from workload_factory import moe_config, signed_artifact
 
 from service.artifacts.exports import (
     ExportError,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import SMALL_TRACE, moe_config, signed_artifact, write_trace
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from typer.testing import CliRunner
+from workload_factory import SMALL_TRACE, moe_config, signed_artifact, write_trace
 
 from service.cli import app
 from service.workloads.mix import TrafficMix
