@@ -11,7 +11,7 @@ import os
 import shlex
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
@@ -24,6 +24,11 @@ from wire.artifact import (
     load_public_keys,
     verify_envelope,
 )
+
+if TYPE_CHECKING:
+    from service.artifacts.exports import Export
+    from service.workloads.mix import TrafficMix
+    from workers.runtime.bundle import LoadedArtifact
 
 artifact_app = typer.Typer(help="Verify, inspect and fetch approved configuration artifacts.", no_args_is_help=True)
 
@@ -287,14 +292,13 @@ def bundle(
     typer.echo(f"wrote {output}: {len(contents)} artifacts{' and the public key' if pem else ''}")
 
 
-
 export_app = typer.Typer(help="Export approved artifacts to what serving stacks read (vLLM, triton.autotune), "
                               "each with a record of the artifacts behind it.", no_args_is_help=True)
 artifact_app.add_typer(export_app, name="export")
 ArtifactsArg = Annotated[list[Path], typer.Argument(help="signed artifacts: files, directories or bundles")]
 
 
-def _loaded(sources: list[Path], public_key: Path | None, server: str | None, token: str) -> list[Any]:
+def _loaded(sources: list[Path], public_key: Path | None, server: str | None, token: str) -> list[LoadedArtifact]:
     """The artifacts, each verified (a bundle's embedded key is used, with a warning, when no key is given)."""
     from workers.runtime.bundle import read_artifacts
 
@@ -307,7 +311,7 @@ def _loaded(sources: list[Path], public_key: Path | None, server: str | None, to
     raise AssertionError  # unreachable: _fail exits
 
 
-def _write_export(export: Any, path: Path) -> None:
+def _write_export(export: Export, path: Path) -> None:
     from service.artifacts.exports import record_path
 
     path.write_bytes(export.content)
@@ -361,7 +365,7 @@ def export_vllm_moe(
     _write_export(export, output / export.file_name)
 
 
-def _traffic_buckets(mix: Any) -> list[int]:
+def _traffic_buckets(mix: TrafficMix) -> list[int]:
     """The buckets a traffic mix puts steps in (a study measures only those)."""
     return [shape.dims[mix.dim] for shape in mix.workload]
 
