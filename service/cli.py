@@ -21,6 +21,7 @@ from rich.table import Table
 
 from service.artifacts.cli import artifact_app, error_message
 from service.controls.cli import acf_app
+from service.workloads.cli import workload_app
 from workers.cli import worker as run_worker_command
 from workers.compilers.cli import toolchain_app
 
@@ -38,6 +39,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(artifact_app, name="artifact")
 app.add_typer(toolchain_app, name="toolchain")
 app.add_typer(acf_app, name="acf")
+app.add_typer(workload_app, name="workload")
 console = Console()
 err = Console(stderr=True)
 

@@ -11,7 +11,7 @@ import os
 import shlex
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
@@ -24,6 +24,11 @@ from wire.artifact import (
     load_public_keys,
     verify_envelope,
 )
+
+if TYPE_CHECKING:
+    from service.artifacts.exports import Export
+    from service.workloads.mix import TrafficMix
+    from workers.runtime.bundle import LoadedArtifact
 
 artifact_app = typer.Typer(help="Verify, inspect and fetch approved configuration artifacts.", no_args_is_help=True)
 
@@ -286,3 +291,127 @@ def bundle(
         output.write_bytes(write_bundle((data for _, data in contents), pem))
     typer.echo(f"wrote {output}: {len(contents)} artifacts{' and the public key' if pem else ''}")
 
+
+export_app = typer.Typer(help="Export approved artifacts to what serving stacks read (vLLM, triton.autotune), "
+                              "each with a record of the artifacts behind it.", no_args_is_help=True)
+artifact_app.add_typer(export_app, name="export")
+ArtifactsArg = Annotated[list[Path], typer.Argument(help="signed artifacts: files, directories or bundles")]
+
+
+def _loaded(sources: list[Path], public_key: Path | None, server: str | None, token: str) -> list[LoadedArtifact]:
+    """The artifacts, each verified (a bundle's embedded key is used, with a warning, when no key is given)."""
+    from workers.runtime.bundle import read_artifacts
+
+    try:
+        return read_artifacts(sources, trusted_keys(public_key, server, token))
+    except ArtifactVerificationError as exc:
+        _fail(f"verification failed ({exc.reason.value}): {exc.message}", code=2)
+    except ValueError as exc:
+        _fail(str(exc))
+    raise AssertionError  # unreachable: _fail exits
+
+
+def _write_export(export: Export, path: Path) -> None:
+    from service.artifacts.exports import record_path
+
+    path.write_bytes(export.content)
+    record_path(path).write_bytes(export.record_bytes())
+    used = ", ".join(f"{ref.kernel} v{ref.version}" for ref in export.record.artifacts)
+    typer.echo(f"wrote {path} and {record_path(path).name}: from {used}")
+
+
+@export_app.command("vllm-moe")
+def export_vllm_moe(
+    artifacts: ArtifactsArg,
+    output: Annotated[Path, typer.Option("-o", "--output", help="the directory (VLLM_TUNED_CONFIG_FOLDER)")],
+    experts: Annotated[int | None, typer.Option("-E", "--experts", help="E (or --preset)")] = None,
+    n: Annotated[int | None, typer.Option("-N", help="N: an expert's intermediate size per GPU (or --preset)")] = None,
+    preset: Annotated[str | None, typer.Option(help="E and N from a model preset at --tp")] = None,
+    tp: Annotated[int, typer.Option(min=1, help="tensor-parallel degree, with --preset")] = 1,
+    dtype: Annotated[str | None, typer.Option(help="vLLM's dtype selector: fp8_w8a8, int8_w8a16, ...")] = None,
+    block_shape: Annotated[str | None, typer.Option(help="block-wise quantization, e.g. 128,128")] = None,
+    workload: Annotated[Path | None, typer.Option(help="the buckets of a `workload import --json` result")] = None,
+    buckets: Annotated[str | None, typer.Option(help="the M buckets, e.g. 1,2,4,8 (or --workload)")] = None,
+    fixed: Annotated[list[str] | None, typer.Option(help="KEY=VALUE the kernel held fixed: GROUP_SIZE_M=8")] = None,
+    device_name: Annotated[str | None, typer.Option(help="vLLM's device name, for artifacts without a GPU")] = None,
+    public_key: PublicKeyOpt = None,
+    server: ServerOpt = None,
+    token: TokenOpt = "",
+) -> None:
+    """vLLM's tuned fused-MoE configuration file, every bucket of the traffic from its approved artifact."""
+    from service.artifacts.exports import ExportError, VllmMoeParameters, vllm_fused_moe
+    from service.workloads.mix import TrafficMix, parse_buckets
+    from service.workloads.presets import PresetError, layer_kernels
+    from service.workloads.presets import preset as model_preset
+
+    try:
+        if preset is not None:
+            moe = [k for k in layer_kernels(model_preset(preset).config, tp) if k.kind == "fused_moe"]
+            if not moe:
+                _fail(f"{preset} has no MoE layer")
+            experts, n = moe[0].vllm["E"], moe[0].vllm["N"]
+        if experts is None or n is None or (workload is None) == (buckets is None):
+            _fail("give -E and -N (or --preset), and --workload or --buckets")
+        grid = _traffic_buckets(TrafficMix.model_validate_json(workload.read_text())) if workload else (
+            parse_buckets(str(buckets)))
+        parameters = VllmMoeParameters.model_validate({
+            "experts": experts, "n": n, "dtype": dtype, "device_name": device_name, "buckets": list(grid),
+            "block_shape": block_shape.split(",") if block_shape else None,
+            "fixed": dict(_key_value(item) for item in fixed or [])})
+        export = vllm_fused_moe(_loaded(artifacts, public_key, server, token), parameters)
+    except (ExportError, PresetError, ValueError) as exc:
+        _fail(str(exc))
+    output.mkdir(parents=True, exist_ok=True)
+    _write_export(export, output / export.file_name)
+
+
+def _traffic_buckets(mix: TrafficMix) -> list[int]:
+    """The buckets a traffic mix puts steps in (a study measures only those)."""
+    return [shape.dims[mix.dim] for shape in mix.workload]
+
+
+def _key_value(text: str) -> tuple[str, int]:
+    key, _, value = text.partition("=")
+    if not key or not value.strip().isdigit():
+        raise ValueError(f"--fixed {text!r}: write KEY=INTEGER, e.g. GROUP_SIZE_M=8")
+    return key, int(value)
+
+
+@export_app.command("triton")
+def export_triton(
+    artifacts: ArtifactsArg,
+    output: Annotated[Path, typer.Option("-o", "--output", help="the Python file to write")],
+    public_key: PublicKeyOpt = None,
+    server: ServerOpt = None,
+    token: TokenOpt = "",
+) -> None:
+    """A Python module whose CONFIGS are the approved configurations as triton.Config."""
+    from service.artifacts.exports import triton_configs
+    from workers.runtime.apply import triton_config_arguments
+
+    export = triton_configs(_loaded(artifacts, public_key, server, token), triton_config_arguments, output.name)
+    _write_export(export, output)
+
+
+@export_app.command("check")
+def export_check(
+    file: Annotated[Path, typer.Argument(help="an exported file (its record beside it)")],
+    artifacts: ArtifactsArg,
+    public_key: PublicKeyOpt = None,
+    server: ServerOpt = None,
+    token: TokenOpt = "",
+) -> None:
+    """Check an exported file against its record and the signed artifacts; exit status 2 when it fails."""
+    from service.artifacts.exports import ExportError, ExportRecord, check, record_path
+    from workers.runtime.apply import triton_config_arguments
+
+    try:
+        record = ExportRecord.model_validate_json(record_path(file).read_bytes())
+    except (OSError, ValueError) as exc:
+        _fail(f"{record_path(file)}: {exc}")
+    try:
+        check(file.read_bytes(), record, _loaded(artifacts, public_key, server, token), triton_config_arguments)
+    except ExportError as exc:
+        _fail(f"{file}: {exc}", code=2)
+    typer.echo(f"OK {file}: sha256 {record.sha256}, made from "
+               + ", ".join(f"{ref.kernel} v{ref.version} ({ref.sha256[:12]})" for ref in record.artifacts))

@@ -1,0 +1,142 @@
+"""`paretune workload import|preset`: from a serving trace and a model to a study's workload.
+
+Runs offline on a worker-only install (pydantic and typer only): no service, no network.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from service.workloads.batching import Serving, SimulationError, simulate
+from service.workloads.mix import VLLM_BATCH_SIZES, Bin, TraceInfo, TrafficMix, parse_buckets, sha256_of, traffic_mix
+from service.workloads.presets import LayerKernel, ModelConfig, PresetError, layer_kernels, preset, presets
+from service.workloads.traces import TraceError, TraceFormat, read_trace
+
+workload_app = typer.Typer(help="Traffic and models to a study's workload: trace import, model presets.",
+                           no_args_is_help=True)
+DEFAULT = Serving()
+BAR = 40  # characters of the longest histogram bar
+
+
+def _fail(message: str) -> Any:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+@workload_app.command("import")
+def import_trace(
+    file: Annotated[Path, typer.Argument(help="the trace file", exists=True, dir_okay=False)],
+    trace_format: Annotated[TraceFormat, typer.Option("--format", help="azure (CSV), mooncake (JSONL), burstgpt")],
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="requests running at once")] = DEFAULT.max_num_seqs,
+    max_num_batched_tokens: Annotated[int, typer.Option(min=1, help="tokens of one forward step")] = (
+        DEFAULT.max_num_batched_tokens),
+    chunked_prefill: Annotated[bool, typer.Option("--chunked-prefill/--no-chunked-prefill")] = DEFAULT.chunked_prefill,
+    step_ms: Annotated[float, typer.Option(min=0, help="a step's fixed time (cost model)")] = DEFAULT.step_ms,
+    step_us_per_token: Annotated[float, typer.Option(min=0, help="a step's time per token (cost model)")] = (
+        DEFAULT.step_us_per_token),
+    time_scale: Annotated[float, typer.Option(help="multiply arrival times (2: half the request rate)")] = 1.0,
+    buckets: Annotated[str, typer.Option(help="the M buckets, comma separated (default: vLLM's tuned batch sizes)")] = (
+        ",".join(map(str, VLLM_BATCH_SIZES))),
+    dim: Annotated[str, typer.Option(help="the workload dim that holds a step's tokens")] = "m",
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON (its `workload` is a study's)")] = False,
+) -> None:
+    """Simulate continuous batching over a serving trace (streamed) and print the distribution of
+    a forward step's tokens: the M buckets and weights of a study's kernel.workload."""
+    try:
+        serving = Serving(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                          chunked_prefill=chunked_prefill, step_ms=step_ms, step_us_per_token=step_us_per_token,
+                          time_scale=time_scale)
+        grid = parse_buckets(buckets)
+        simulation = simulate(read_trace(file, trace_format), serving)
+    except (TraceError, SimulationError, ValueError) as exc:
+        _fail(f"{file}: {exc}" if isinstance(exc, TraceError | SimulationError) else str(exc))
+    if not simulation.steps:
+        _fail(f"{file}: no request with prompt tokens")
+    trace = TraceInfo(file=file.name, format=trace_format, sha256=sha256_of(file), requests=simulation.requests,
+                      skipped=simulation.skipped)
+    mix = traffic_mix(simulation, trace, serving, grid, dim)
+    typer.echo(mix.model_dump_json(indent=2) if as_json else _report(mix))
+
+
+def _report(mix: TrafficMix) -> str:
+    s, t = mix.serving, mix.trace
+    lines = [
+        f"trace {t.file} ({t.format}): {t.requests} requests"
+        + (f", {t.skipped} without prompt tokens skipped" if t.skipped else "") + f"; sha256 {t.sha256[:16]}",
+        f"serving: max_num_seqs {s.max_num_seqs}, max_num_batched_tokens {s.max_num_batched_tokens}, chunked "
+        f"prefill {'on' if s.chunked_prefill else 'off'}; a step takes {s.step_ms:g} ms + {s.step_us_per_token:g} "
+        f"us per token" + (f"; arrivals x{s.time_scale:g}" if s.time_scale != 1 else ""),
+        f"simulated {mix.duration_s:.1f} s: {mix.steps} forward steps, {mix.tokens_per_step:.1f} tokens per step on "
+        f"average, longest queue {mix.peak_waiting}",
+        "",
+        *_histogram(f"tokens per step ({mix.dim}): the workload", mix.tokens, weights=True),
+        *_histogram("requests decoding per step", mix.decode_batch),
+        *_histogram("prompt tokens per step", mix.prefill_tokens),
+    ]
+    return "\n".join(lines)
+
+
+def _histogram(title: str, bins: list[Bin], weights: bool = False) -> list[str]:
+    total = sum(b.steps for b in bins) or 1
+    most = max((b.steps for b in bins), default=1)
+    rows = [f"{title}", f"{'bucket':>8} {'steps':>10} {'share':>7}"]
+    for b in bins:
+        bar = "#" * max(1, round(BAR * b.steps / most))
+        rows.append(f"{b.bucket:>8} {b.steps:>10} {b.steps / total:>7.4f} {bar}")
+    return [*rows, ""] if bins else [title, "  (none)", ""]
+
+
+@workload_app.command("preset")
+def show_preset(
+    name: Annotated[str | None, typer.Argument(help="a preset's name or Hugging Face id (--list shows them)")] = None,
+    config: Annotated[Path | None, typer.Option(help="a model's config.json instead of a preset", exists=True,
+                                                 dir_okay=False)] = None,
+    tp: Annotated[int, typer.Option(min=1, help="tensor-parallel degree")] = 1,
+    workload: Annotated[Path | None, typer.Option(help="a `workload import --json` result: each kernel's workload "
+                                                  "under that traffic", exists=True, dir_okay=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
+    list_presets: Annotated[bool, typer.Option("--list", help="list the presets")] = False,
+) -> None:
+    """The kernels and shapes of one layer of a model on each GPU, from a preset or a config.json."""
+    if list_presets:
+        for known in presets().values():
+            typer.echo(f"{known.name:<16} {known.hf_id:<32} {known.source}")
+        return
+    try:
+        model = _model(name, config)
+        kernels = layer_kernels(model, tp)
+        mix = TrafficMix.model_validate_json(workload.read_text()) if workload else None
+    except (PresetError, ValueError) as exc:
+        _fail(str(exc))
+    body = {"model": name or str(config), "tp": tp, "config": model.model_dump(exclude_none=True),
+            "kernels": [_kernel(k, mix) for k in kernels]}
+    if as_json:
+        typer.echo(json.dumps(body, indent=2))
+        return
+    typer.echo(f"{body['model']} at tensor-parallel {tp}: one layer per GPU")
+    for k in kernels:
+        dims = " ".join(f"{key}={value}" for key, value in k.dims.items())
+        token = f", tokens in {k.token_dim}" if k.token_dim else ""
+        typer.echo(f"  {k.name:<28} {k.kind:<10} {dims:<36} x{k.calls} ({k.dtype or 'dtype unknown'}{token})")
+
+
+def _model(name: str | None, config: Path | None) -> ModelConfig:
+    if (name is None) == (config is None):
+        raise PresetError("name a preset or pass --config config.json (not both)")
+    if config is not None:
+        return ModelConfig.model_validate(json.loads(config.read_text()))
+    return preset(str(name)).config
+
+
+def _kernel(kernel: LayerKernel, mix: TrafficMix | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": kernel.name, "kind": kernel.kind, "dims": kernel.dims,
+                            "token_dim": kernel.token_dim, "dtype": kernel.dtype, "calls": kernel.calls}
+    if kernel.vllm:
+        body["vllm"] = kernel.vllm
+    if mix is not None and kernel.token_dim:
+        body["workload"] = [s.model_dump() for s in kernel.workload(mix.workload, mix.dim)]
+    return body
