@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.domain import pareto  # noqa: E402
 from service.scheduling.fronts import Front  # noqa: E402
-from service.store.models import Study  # noqa: E402
+from service.studies.document import ResolvedObjective  # noqa: E402
 
 
 def results(n: int, seed: int) -> list[dict[str, float]]:
@@ -40,24 +40,24 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    study = Study(objectives=[{"name": "f1", "direction": "minimize"}, {"name": "f2", "direction": "minimize"}],
-                  reference_point=[2.0, 2.0], baseline_values={"f1": 0.5, "f2": 0.5})
+    objectives = [ResolvedObjective(name=name, direction="minimize") for name in ("f1", "f2")]
+    reference, baseline = [2.0, 2.0], {"f1": 0.5, "f2": 0.5}
     rows = []
-    running, recomputed = Front(study, {}), Front(study, {})
+    running, recomputed = Front(objectives, reference, {}, baseline), Front(objectives, reference, {}, baseline)
     everything = results(args.trials, args.seed)
     volume = again = 0.0
     for start in range(0, args.trials, 1000):
         chunk = everything[start:start + 1000]
         began = time.perf_counter()
         for key, values in enumerate(chunk, start):
-            if running.offer(study, key, values)[0]:
+            if running.offer(key, values, baseline)[0]:
                 volume = running.hypervolume()
         running_s = time.perf_counter() - began
         began = time.perf_counter()
         for key, values in enumerate(chunk, start):
-            if recomputed.offer(study, key, values)[0]:
+            if recomputed.offer(key, values, baseline)[0]:
                 members = recomputed.members.extra
-                again = pareto.hypervolume(members[np.all(np.isfinite(members), axis=1)], study.reference_point)
+                again = pareto.hypervolume(members[np.all(np.isfinite(members), axis=1)], reference)
         recomputed_s = time.perf_counter() - began
         assert math.isclose(volume, again, rel_tol=1e-9), (volume, again)
         rows.append((f"{start}-{start + len(chunk)}", len(running), 1000 * running_s, 1000 * recomputed_s))

@@ -32,6 +32,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "workers"), str(REPO)]
 
 from wire.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape  # noqa: E402
 from wire.kernels import BuiltinKernel, get_builtin  # noqa: E402
+from wire.space import BoolParam, CategoricalParam, FloatParam, IntParam, Parameter  # noqa: E402
 from workers.agent.core import AgentConfig, run_agent  # noqa: E402
 from workers.fingerprint import cpu_model  # noqa: E402
 
@@ -52,21 +53,21 @@ class Run:
         return 60.0 * self.trials / self.span_s
 
 
-def sample(param: dict[str, Any], rng: random.Random) -> Any:
-    kind = param["type"]
-    if kind == "categorical":
-        return rng.choice(param["choices"])
-    if kind == "bool":
+def sample(param: Parameter, rng: random.Random) -> Any:
+    if isinstance(param, CategoricalParam):
+        return rng.choice(param.choices)
+    if isinstance(param, BoolParam):
         return rng.random() < 0.5
-    if kind == "int":
-        step = param.get("step", 1)
-        return param["low"] + step * rng.randrange((param["high"] - param["low"]) // step + 1)
-    return rng.uniform(param["low"], param["high"])
+    if isinstance(param, IntParam):
+        return param.low + param.step * rng.randrange((param.high - param.low) // param.step + 1)
+    if isinstance(param, FloatParam):
+        return rng.uniform(param.low, param.high)
+    raise ValueError(f"cannot sample {param.type} parameter {param.name}")
 
 
 def configurations(builtin: BuiltinKernel, count: int, seed: int) -> list[dict[str, Any]]:
     rng = random.Random(seed)
-    rest = [{p["name"]: sample(p, rng) for p in builtin.space} for _ in range(count - 1)]
+    rest = [{p.name: sample(p, rng) for p in builtin.space} for _ in range(count - 1)]
     return [dict(builtin.default_config), *rest]
 
 

@@ -172,7 +172,7 @@ class Replayer:
 
         self.kernel = {"backend": next(k.backend for k in all_builtins() if k.name == kernel), "builtin": kernel}
         self.sweep = load_sweep(sweep)
-        size = SearchSpace.parse(next(k.space for k in all_builtins() if k.name == kernel)).grid_size()
+        size = SearchSpace(next(k.space for k in all_builtins() if k.name == kernel)).grid_size()
         if len(self.sweep.table) != size:
             raise SystemExit(f"{sweep} holds {len(self.sweep.table)} of the {size} configurations of {kernel}'s space")
         self.warm_sweep = load_sweep(warm_sweep) if warm_sweep else None

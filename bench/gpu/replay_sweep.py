@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from wire.kernels.gpu import GEMM_SPACE  # noqa: E402
+from wire.space import CategoricalParam  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 OBJECTIVES = ("runtime_ms", "energy_mj", "p99_ms")
@@ -55,7 +56,8 @@ def key(config: dict[str, Any]) -> str:
 def run(sampler: optuna.samplers.BaseSampler, table: dict[str, Any], trials: int, seed: int) -> list[float]:
     """Runtime of each trial in order (inf for a failed one)."""
     rng = random.Random(seed)
-    distributions = {p["name"]: optuna.distributions.CategoricalDistribution(tuple(p["choices"])) for p in GEMM_SPACE}
+    distributions = {p.name: optuna.distributions.CategoricalDistribution(tuple(p.choices)) for p in GEMM_SPACE
+                     if isinstance(p, CategoricalParam)}
     study = optuna.create_study(directions=["minimize"] * 3, sampler=sampler)
     study.enqueue_trial(BASELINE)
     storage = study._storage

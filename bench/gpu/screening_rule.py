@@ -28,13 +28,14 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from service.scheduling import screening  # noqa: E402
+from service.studies.document import ResolvedObjective  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 SCREEN_ERROR = 0.014  # the largest single deviation of a 0.2 s screen from 1.6 s (docs/measurement.md)
 SCREEN_HALF_INTERVAL = 0.003
-RT = {"name": "runtime_ms", "direction": "minimize"}
-E = {"name": "energy_mj", "direction": "minimize"}
-SETTINGS: list[tuple[str, list[dict[str, str]], float]] = [
+RT = ResolvedObjective(name="runtime_ms", direction="minimize")
+E = ResolvedObjective(name="energy_mj", direction="minimize")
+SETTINGS: list[tuple[str, list[ResolvedObjective], float]] = [
     ("runtime_ms only", [RT], screening.ENERGY_RUNTIME_RATIO),
     *[(f"runtime_ms + energy_mj, ratio {k}", [RT, E], k) for k in (2.5, 2.0, 1.5, 1.2, 1.1)],
 ]
@@ -64,7 +65,7 @@ def front_of(points: list[tuple[float, ...]]) -> set[int]:
             if not any(q != p and all(a <= b for a, b in zip(q, p, strict=True)) for q in points)}
 
 
-def replay(values: list[dict[str, float]], objectives: list[dict[str, str]], ratio: float,
+def replay(values: list[dict[str, float]], objectives: list[ResolvedObjective], ratio: float,
            rng: random.Random) -> tuple[int, int]:
     """(trials promoted, trials of the recorded front screened out)."""
     rule = screening.Rule({"runtime_ms": screening.DEFAULT_MARGINS["runtime_ms"]}, ratio)
@@ -78,10 +79,10 @@ def replay(values: list[dict[str, float]], objectives: list[dict[str, str]], rat
             continue
         promoted.append(index)
         members.append(screening.Member(index, full, screen))
-        names = [o["name"] for o in objectives]
+        names = [o.name for o in objectives]
         points = [tuple(m.values[n] for n in names) for m in members]
         members = [members[i] for i in sorted(front_of(points))]
-    names = [o["name"] for o in objectives]
+    names = [o.name for o in objectives]
     recorded_front = front_of([tuple(v[n] for n in names) for v in values])
     return len(promoted), len(recorded_front - set(promoted))
 

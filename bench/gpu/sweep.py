@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from wire.contract import FailureReason, KernelSpec, MeasureSettings  # noqa: E402
 from wire.kernels import get_builtin  # noqa: E402
+from wire.space import BoolParam, CategoricalParam, Parameter  # noqa: E402
 from workers.backends import get_backend  # noqa: E402
 from workers.backends.base import TrialFailure  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
@@ -46,16 +47,16 @@ from workers.sandbox.files import write_whole  # noqa: E402
 OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]  # --objectives changes it
 
 
-def space_points(space: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    values = []
+def space_points(space: list[Parameter]) -> list[dict[str, Any]]:
+    values: list[list[Any]] = []
     for param in space:
-        if param["type"] == "categorical":
-            values.append(param["choices"])
-        elif param["type"] == "bool":
+        if isinstance(param, CategoricalParam):
+            values.append(param.choices)
+        elif isinstance(param, BoolParam):
             values.append([False, True])
         else:
-            raise ValueError(f"cannot sweep {param['type']} parameter {param['name']}")
-    names = [p["name"] for p in space]
+            raise ValueError(f"cannot sweep {param.type} parameter {param.name}")
+    names = [p.name for p in space]
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
 
 

@@ -9,8 +9,9 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from service.accounts import policy, tokens
+from service.accounts.schemas import MeOut, RotateIn, TeamIn, TeamOut, TokenIn, TokenOut
 from service.api.deps import PrincipalDep, ReadSession, StateDep, TokenId, WriteSession
-from service.api.schemas import ERROR_RESPONSES, MeOut, RotateIn, TeamIn, TeamOut, TokenIn, TokenOut
+from service.api.schemas import ERROR_RESPONSES
 from service.errors import Conflict, Forbidden, NotFound
 from service.store.db import after_commit
 from service.store.models import ApiToken, Team, utcnow

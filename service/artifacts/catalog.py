@@ -18,8 +18,9 @@ from service.artifacts import audit
 from service.artifacts.versions import kernel_name
 from service.errors import NotFound
 from service.store.models import Artifact, ArtifactVersion, Pool, Worker, as_utc, utcnow
+from service.studies.document import ResolvedDocument
 from service.studies.space import SearchSpace
-from wire.contract import KernelSpec, Target
+from wire.contract import Target
 from wire.targets import WEIGHTS, toolchain_differences
 
 
@@ -199,15 +200,15 @@ def warm_start_configs(session: Session, team_id: int, kernel: str, pool: str, l
     return configs[:limit]
 
 
-def warm_start(session: Session, team_id: int, document: dict[str, Any]) -> list[dict[str, Any]]:
+def warm_start(session: Session, team_id: int, document: ResolvedDocument) -> list[dict[str, Any]]:
     """For a study document with `warm_start: catalog`, the approved configurations its
     first trials take: those of its kernel whose every value fits the study's space (values
     of parameters the space does not have are left out; parameters it adds are sampled)."""
-    name = kernel_name(KernelSpec.model_validate(document["kernel"]), document["name"])
-    space = SearchSpace.parse(document["space"])
+    name = kernel_name(document.kernel, document.name)
+    space = SearchSpace(document.space)
     names = set(space.names)
     fitting = []
-    for config in warm_start_configs(session, team_id, name, document["pool"]):
+    for config in warm_start_configs(session, team_id, name, document.pool):
         params = {k: v for k, v in config.items() if k in names}
         if params and all(space.value_problem(k, v) is None for k, v in params.items()) and params not in fitting:
             fitting.append(params)

@@ -32,6 +32,7 @@ from service.store.models import (
     utcnow,
 )
 from service.store.storable import storable_text
+from service.studies.document import document_of
 from wire import canonical_json, paretune_version
 from wire.artifact import (
     NVIDIA_NOTICE,
@@ -114,7 +115,8 @@ def approve(session: Session, candidate: Candidate, actor: audit.Actor, key: Sig
         raise Conflict(f"validation {validation.id} recorded no target; re-validate", field="candidate_id")
     result = validation.results[str(candidate.id)]
     target = Target.model_validate(validation.target)
-    kernel = KernelSpec.model_validate(study.document["kernel"])
+    tuned = document_of(study)
+    kernel = tuned.kernel
     identity = kernel_identity(kernel, kernel_name(kernel, study.name))
     artifact = _artifact_for(session, study, identity.name, kernel.backend, target)
     previous = current_of(session, artifact)
@@ -133,7 +135,7 @@ def approve(session: Session, candidate: Candidate, actor: audit.Actor, key: Sig
         metrics=[ValidatedMetric.model_validate(m) for m in result["metrics"]],
         correctness=CorrectnessSummary(passed=True,
                                        shapes=[ShapeCorrectness.model_validate(s) for s in result["correctness"]],
-                                       scope="compiled" if study.document.get("compile_only") else "run"),
+                                       scope="compiled" if tuned.compile_only else "run"),
         provenance=Provenance(
             study_id=study.id, trial_id=candidate.trial_id, trial_number=candidate.trial_number,
             candidate_id=candidate.id, validation_id=validation.id,

@@ -30,11 +30,10 @@ def evaluate(objectives: Sequence[Mapping[str, str]], constraints: Sequence[Mapp
         if not math.isfinite(metrics[name]):
             raise Unusable(f"{name!r} is not a finite number ({metrics[name]})")
     values = {o["name"]: float(metrics[o["name"]]) for o in objectives}
-    limits = [constraint_value(c, float(metrics[c["metric"]])) for c in constraints]
+    limits = [constraint_value(c["op"], float(c["value"]), float(metrics[c["metric"]])) for c in constraints]
     return Outcome(values, limits or None, all(v <= 0 for v in limits))
 
 
-def constraint_value(constraint: Mapping[str, Any], measured: float) -> float:
-    """How far the measurement is past the constraint's limit (> 0 violates it)."""
-    limit = float(constraint["value"])
-    return measured - limit if constraint["op"] == "<=" else limit - measured
+def constraint_value(op: str, limit: float, measured: float) -> float:
+    """How far the measurement is past a constraint's limit (`op` <= or >=; > 0 violates it)."""
+    return measured - limit if op == "<=" else limit - measured

@@ -45,17 +45,11 @@ from service.domain.states import TRIAL_FINISHED, TrialState
 from service.scheduling import feasibility
 from service.scheduling.asks import SamplerWaits, SpaceExhausted
 from service.store.models import ControlsFile, SamplerCheckpoint, Study, Trial, utcnow
-from service.studies.document import DocumentError
-from service.studies.space import (
-    NO_CONTROLS,
-    BoolParam,
-    CategoricalParam,
-    CompilerControlsParam,
-    FloatParam,
-    IntParam,
-    SearchSpace,
-)
+from service.studies.document import DocumentError, document_of
+from service.studies.space import SearchSpace
 from service.trials.queries import LIGHT
+from wire.contract import NO_CONTROLS
+from wire.space import BoolParam, CategoricalParam, CompilerControlsParam, FloatParam, IntParam
 
 if TYPE_CHECKING:
     from service.scheduling.fronts import Front
@@ -204,20 +198,19 @@ class EngineMirror:
     """A study's CompileIQ search, kept in step with the trials table and its checkpoint."""
 
     def __init__(self, study: Study, catalog: ControlsCatalog) -> None:
-        doc = study.document
+        doc = document_of(study)
         self.study_id = study.id
-        self.objectives = [o["name"] for o in study.objectives]
-        self.directions = [o["direction"] for o in study.objectives]
-        self.space = SearchSpace.parse(doc["space"])
-        self.baseline: dict[str, Any] = doc["baseline"]
-        self.seed = doc["sampler"].get("seed")
-        self.options = dict(doc["sampler"].get("options") or {})
-        self.max_trials = int(doc["budget"]["max_trials"])
+        self.objectives = doc.objective_names
+        self.directions = [o.direction for o in doc.objectives]
+        self.space = SearchSpace(doc.space)
+        self.baseline: dict[str, Any] = doc.baseline
+        self.seed = doc.sampler.seed
+        self.options = dict(doc.sampler.options)
+        self.max_trials = doc.budget.max_trials
         self.catalog = catalog
-        self.feasibility = feasibility.Feasibility(study)
+        self.feasibility = feasibility.Feasibility(doc)
         self.front: Front | None = None
-        self.warm: list[dict[str, Any]] = [*(doc.get("warm_start_configs") or []),
-                                           *(doc["sampler"].get("warm_start") or {}).get("configs", [])]
+        self.warm = doc.warm_configs
         self.version: int | None = None  # of the checkpoint the engine is at; None: not loaded
         self.search: Any = None
         self.engine_space: EngineSpace | None = None

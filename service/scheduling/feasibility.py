@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.store.models import Study, Worker
+from service.studies.document import ResolvedDocument
 from wire.contract import DeviceLimits
 from wire.kernels import get_builtin, resource_violations
 from wire.kernels.resources import Violation, describe
@@ -28,14 +29,13 @@ LIMIT_FIELDS = ("shared_memory_per_block", "threads_per_block", "registers_per_b
 class Feasibility:
     """One study's check, kept with its sampler mirror between steps."""
 
-    def __init__(self, study: Study) -> None:
-        kernel = study.document["kernel"]
-        builtin = get_builtin(kernel["backend"], kernel["builtin"]) if kernel.get("builtin") else None
-        self.backend = kernel["backend"]
-        self.builtin: str | None = kernel["builtin"] if builtin is not None and builtin.resources else None
-        self.shapes = [shape["dims"] for shape in kernel.get("workload") or []]
-        target = study.document.get("target")
-        self.fixed = DeviceLimits.model_validate(target) if target else None
+    def __init__(self, document: ResolvedDocument) -> None:
+        kernel = document.kernel
+        builtin = get_builtin(kernel.backend, kernel.builtin) if kernel.builtin else None
+        self.backend = kernel.backend
+        self.builtin: str | None = kernel.builtin if builtin is not None and builtin.resources else None
+        self.shapes = [shape.dims for shape in kernel.workload]
+        self.fixed = document.target
         self._pool: tuple[float, DeviceLimits | None] | None = None
 
     def limits(self, session: Session, study: Study) -> DeviceLimits | None:

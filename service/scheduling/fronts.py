@@ -8,6 +8,7 @@ baseline's values and is recomputed in full once when the baseline completes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,23 +18,25 @@ from sqlalchemy.orm import Session
 from service.domain import pareto
 from service.domain.states import TrialState
 from service.store.models import Study, Trial
+from service.studies.document import ResolvedObjective, document_of
 from service.trials.transitions import touch
 
-
-def minimised(values: dict[str, Any], objectives: list[dict[str, str]]) -> tuple[float, ...]:
-    return pareto.to_minimisation([float(values[o["name"]]) for o in objectives], [o["direction"] for o in objectives])
+Baseline = dict[str, Any] | None  # the baseline's values; None until it completes
 
 
-def relative_point(values: dict[str, Any], study: Study) -> tuple[float, ...] | None:
+def minimised(values: dict[str, Any], objectives: Sequence[ResolvedObjective]) -> tuple[float, ...]:
+    return pareto.to_minimisation([float(values[o.name]) for o in objectives], [o.direction for o in objectives])
+
+
+def relative_point(values: dict[str, Any], objectives: Sequence[ResolvedObjective],
+                   baseline: Baseline) -> tuple[float, ...] | None:
     """Each objective as a ratio to the baseline, oriented so that smaller is better."""
-    base = study.baseline_values
-    if not base:
+    if not baseline:
         return None
     point = []
-    for objective in study.objectives:
-        name = objective["name"]
-        value, reference = float(values[name]), float(base.get(name) or 0.0)
-        if objective["direction"] == "minimize":
+    for objective in objectives:
+        value, reference = float(values[objective.name]), float(baseline.get(objective.name) or 0.0)
+        if objective.direction == "minimize":
             point.append(value / reference if reference > 0 else float("inf"))
         else:
             point.append(reference / value if value > 0 else float("inf"))
@@ -47,22 +50,24 @@ class Front:
     each member's values; computed once per member rather than once per result. With two
     objectives the hypervolume is kept as members join (`pareto.Hypervolume2D`)."""
 
-    def __init__(self, study: Study, members: dict[int, dict[str, Any]]) -> None:
+    def __init__(self, objectives: Sequence[ResolvedObjective], reference: list[float],
+                 members: dict[int, dict[str, Any]], baseline: Baseline) -> None:
+        self.objectives = list(objectives)
         self.values: dict[int, dict[str, Any]] = {}
-        n = len(study.objectives)
+        n = len(self.objectives)
         self.members: pareto.IncrementalFront[int] = pareto.IncrementalFront(n, n_extra=n)
-        self.reference = study.reference_point
+        self.reference = reference
         self.volume = pareto.Hypervolume2D(self.reference) if n == 2 else None
         for key, values in members.items():
-            self.offer(study, key, values)
+            self.offer(key, values, baseline)
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def offer(self, study: Study, key: int, values: dict[str, Any]) -> tuple[bool, list[int]]:
+    def offer(self, key: int, values: dict[str, Any], baseline: Baseline) -> tuple[bool, list[int]]:
         """Whether the trial `key` joins the front, and the members it pushes off."""
-        relative = _relative_row(values, study)
-        on_front, removed = self.members.update(key, minimised(values, study.objectives), relative)
+        relative = self._relative_row(values, baseline)
+        on_front, removed = self.members.update(key, minimised(values, self.objectives), relative)
         for gone in removed:
             del self.values[gone]
         if on_front:
@@ -79,19 +84,18 @@ class Front:
         finite = rows[np.all(np.isfinite(rows), axis=1)]
         return float(pareto.hypervolume(finite, self.reference)) if len(finite) else 0.0
 
-    def rebase(self, study: Study) -> None:
+    def rebase(self, baseline: Baseline) -> None:
         """The baseline's values are new: every member's ratios are."""
-        rows = [_relative_row(self.values[key], study) for key in self.members.member_keys()]
-        self.members.extra = np.array(rows, dtype=float).reshape(len(rows), len(study.objectives))
+        rows = [self._relative_row(self.values[key], baseline) for key in self.members.member_keys()]
+        self.members.extra = np.array(rows, dtype=float).reshape(len(rows), len(self.objectives))
         if self.volume is not None:
             self.volume = pareto.Hypervolume2D(self.reference)
             for row in rows:
                 self.volume.add(row)
 
-
-def _relative_row(values: dict[str, Any], study: Study) -> tuple[float, ...]:
-    point = relative_point(values, study)
-    return point if point is not None else (math.nan,) * len(study.objectives)
+    def _relative_row(self, values: dict[str, Any], baseline: Baseline) -> tuple[float, ...]:
+        point = relative_point(values, self.objectives, baseline)
+        return point if point is not None else (math.nan,) * len(self.objectives)
 
 
 def load_front(session: Session, study: Study) -> Front:
@@ -99,7 +103,8 @@ def load_front(session: Session, study: Study) -> Front:
     rows = session.execute(
         select(Trial.id, Trial.values).where(Trial.study_id == study.id, Trial.on_front.is_(True))
     ).all()
-    return Front(study, {row.id: row.values for row in rows})
+    return Front(document_of(study).objectives, study.reference_point, {row.id: row.values for row in rows},
+                 study.baseline_values)
 
 
 def on_completed(session: Session, study: Study, trial: Trial, front: Front, left: set[int]) -> None:
@@ -113,35 +118,35 @@ def on_completed(session: Session, study: Study, trial: Trial, front: Front, lef
         trial.relative = pareto.relative_to_baseline(trial.values, study.baseline_values)
     front_changed = False
     if trial.feasible:
-        _update_best(study, trial.values)
+        _update_best(study, front.objectives, trial.values)
         front_changed = _update_front(study, trial, front, left)
     if trial.is_baseline:
-        _on_baseline(session, study, trial)
-        front.rebase(study)
+        _on_baseline(session, study, front.objectives, trial)
+        front.rebase(study.baseline_values)
     elif study.baseline_values and front_changed:
         study.hypervolume = front.hypervolume()
     trial.hypervolume_after = study.hypervolume
 
 
-def _update_best(study: Study, values: dict[str, Any]) -> None:
+def _update_best(study: Study, objectives: Sequence[ResolvedObjective], values: dict[str, Any]) -> None:
     best = dict(study.best or {})
-    for objective in study.objectives:
-        name, value = objective["name"], float(values[objective["name"]])
-        better = min if objective["direction"] == "minimize" else max
+    for objective in objectives:
+        name, value = objective.name, float(values[objective.name])
+        better = min if objective.direction == "minimize" else max
         best[name] = value if name not in best else better(best[name], value)
     study.best = best
 
 
 def _update_front(study: Study, trial: Trial, front: Front, left: set[int]) -> bool:
     """Add the trial to the front if nothing there dominates it; returns whether it joined."""
-    on_front, removed = front.offer(study, trial.id, trial.values or {})
+    on_front, removed = front.offer(trial.id, trial.values or {}, study.baseline_values)
     left.update(removed)
     trial.on_front = on_front
     study.front_size = len(front)
     return on_front
 
 
-def _on_baseline(session: Session, study: Study, baseline: Trial) -> None:
+def _on_baseline(session: Session, study: Study, objectives: Sequence[ResolvedObjective], baseline: Trial) -> None:
     """The baseline completed: fill ratios and the hypervolume history of earlier trials."""
     study.baseline_values = dict(baseline.values or {})
     rows = list(session.execute(
@@ -156,7 +161,7 @@ def _on_baseline(session: Session, study: Study, baseline: Trial) -> None:
     for row in rows:
         row.relative = pareto.relative_to_baseline(row.values or {}, study.baseline_values)
         if row.feasible:
-            point = relative_point(row.values or {}, study)
+            point = relative_point(row.values or {}, objectives, study.baseline_values)
             if point is not None and all(np.isfinite(point)):
                 points.append(point)
                 owners.append(row)

@@ -32,6 +32,7 @@ from service.scheduling import feasibility, samplers
 from service.scheduling.asks import SpaceExhausted
 from service.scheduling.engine import EngineMirror
 from service.store.models import Study, Trial
+from service.studies.document import document_of
 from service.studies.space import MAX_GRID_POINTS, SearchSpace
 from service.trials.queries import LIGHT
 from wire.contract import FailureReason
@@ -53,30 +54,29 @@ class Mirror:
     """An in-memory Optuna study that follows one study's trials table."""
 
     def __init__(self, study: Study) -> None:
-        doc = study.document
-        sampler = doc["sampler"]
+        doc = document_of(study)
+        sampler = doc.sampler
         self.study_id = study.id
-        self.objectives = [o["name"] for o in study.objectives]
-        self.directions = [o["direction"] for o in study.objectives]
-        self.constraints = doc["constraints"]
-        self.space = SearchSpace.parse(doc["space"])
-        self.is_grid = sampler["name"] == "grid"
-        self.failures_as_infeasible = sampler["name"] in samplers.CONSTRAINT_SAMPLERS
-        self.feasibility = feasibility.Feasibility(study)  # what cannot launch on the study's target
+        self.objectives = doc.objective_names
+        self.directions = [o.direction for o in doc.objectives]
+        self.constraints = doc.constraints
+        self.space = SearchSpace(doc.space)
+        self.is_grid = sampler.name == "grid"
+        self.failures_as_infeasible = sampler.name in samplers.CONSTRAINT_SAMPLERS
+        self.feasibility = feasibility.Feasibility(doc)  # what cannot launch on the study's target
         size = self.space.grid_size()
         # the grid sampler walks the grid; other samplers are handed an unseen point of a
         # finite space only without floats, whose values may not compare equal once sampled
         walkable = size is not None and size <= MAX_GRID_POINTS and (self.is_grid or self.space.is_discrete())
-        self.order = self.space.grid_order(sampler.get("seed")) if walkable else None
-        self.rng = random.Random(sampler.get("seed"))
+        self.order = self.space.grid_order(sampler.seed) if walkable else None
+        self.rng = random.Random(sampler.seed)
         self.seen: set[str] = set()  # configurations the study already has
         self._worst: list[float] | None = None
-        # ordered_choices: stored by documents made since it exists; older studies keep categoricals
-        self.view = self.space.sampler_view(bool(sampler.get("ordered_choices", False)))
+        self.view = self.space.sampler_view(sampler.ordered_choices)
         self.distributions = self.view.distributions
         self.optuna = optuna.create_study(
             directions=self.directions,
-            sampler=samplers.build(sampler["name"], sampler.get("seed"), dict(sampler.get("options") or {})),
+            sampler=samplers.build(sampler.name, sampler.seed, dict(sampler.options)),
         )
         self.storage = self.optuna._storage
         self.front: Front | None = None  # the study's front, loaded on first use
@@ -85,11 +85,8 @@ class Mirror:
         self.watermark = -1
         self.next_number = 0  # every trial numbered below is known
         if study.n_created == 0:
-            self.optuna.enqueue_trial(self.view.to_sampler(doc["baseline"]))
-        # then, as trials 1, 2, ...: the catalog's approved configurations (warm_start: catalog),
-        # then the earlier studies' and listed ones (sampler.warm_start)
-        self.warm: list[dict[str, Any]] = [*(doc.get("warm_start_configs") or []),
-                                           *(sampler.get("warm_start") or {}).get("configs", [])]
+            self.optuna.enqueue_trial(self.view.to_sampler(doc.baseline))
+        self.warm = doc.warm_configs
 
     def sync(self, session: Session) -> None:
         """Learn the trials created by other replicas' steps and those finished since."""
@@ -220,9 +217,9 @@ class Mirror:
                 constraints[f"{CONSTRAINT_PREFIX}resources"] = 0.0
             screened = row.screening.get("values") or {}
             for i, constraint in enumerate(self.constraints):
-                if constraint["metric"] in screened:
-                    measured = float(screened[constraint["metric"]])
-                    constraints[f"{CONSTRAINT_PREFIX}{i}"] = constraint_value(constraint, measured)
+                if constraint.metric in screened:
+                    measured = float(screened[constraint.metric])
+                    constraints[f"{CONSTRAINT_PREFIX}{i}"] = constraint_value(constraint.op, constraint.value, measured)
             return OptunaState.COMPLETE, values, constraints
         if row.state == TrialState.COMPLETED and row.values:
             values = self._note([float(row.values[name]) for name in self.objectives])
@@ -283,7 +280,7 @@ class MirrorCache:
         with self._lock:
             mirror = self._mirrors.get(study.id)
             if mirror is None:
-                engine = study.document["sampler"]["name"] == "compileiq"
+                engine = document_of(study).sampler.name == "compileiq"
                 mirror = EngineMirror(study, self.catalog) if engine else Mirror(study)
                 if len(self._mirrors) >= self._mirrors.maxsize:  # taken here to close it outside the lock
                     evicted = self._mirrors.popitem()[1]

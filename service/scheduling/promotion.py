@@ -18,17 +18,20 @@ from service.domain.states import TrialState, waiting_state
 from service.scheduling import screening
 from service.scheduling.mirror import Mirror
 from service.store.models import Study, Trial
+from service.studies.document import document_of
 from service.trials.transitions import transition
 from wire.contract import FailureReason
 
 
 def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]) -> None:
     """Decide every trial of `screened` (state screened)."""
-    rule = screening.Rule.of(study.document["measure"]["promote"])
+    document = document_of(study)
+    assert document.measure.promote is not None, "a study that screens has a promotion rule"
+    rule = screening.Rule.of(document.measure.promote)
     members = front_members(session, study.id)
     for trial in screened:
         data = dict(trial.screening or {})
-        decision = screening.decide(study.objectives, intervals(data), members, rule, baseline=trial.is_baseline)
+        decision = screening.decide(document.objectives, intervals(data), members, rule, baseline=trial.is_baseline)
         data.update(promoted=decision.promote, dominated_by=decision.by, told=decision.told, reason=decision.reason)
         if not decision.promote:
             transition(session, trial, TrialState.SCREENED_OUT, told=True, screening=data)
@@ -49,7 +52,7 @@ def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]
 
 
 def intervals(data: dict[str, Any]) -> dict[str, screening.Interval]:
-    """A stored screening result's intervals (api.schemas.ScreeningOut)."""
+    """A stored screening result's intervals (service.trials.schemas.ScreeningOut)."""
     values = data.get("values") or {}
     return {name: screening.Interval(float(low), float(values[name]), float(high))
             for name, (low, high) in (data.get("intervals") or {}).items() if name in values}

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.studies.document import ENERGY_OBJECTIVES as ENERGY_METRICS
-from service.studies.document import KNOWN_OBJECTIVES, DocumentError, Promote, Screen
-from service.studies.space import NAME_RE
+from service.studies.document import KNOWN_OBJECTIVES, DocumentError, Promote, ResolvedObjective, Screen
+from wire.contract import MeasureSettings
+from wire.space import NAME_RE
 
 # an energy figure needs two ticks of NVML's ~100 ms counter well inside the hot window
 ENERGY_SCREEN_MIN_WINDOW_S = 0.5
@@ -84,8 +85,10 @@ class Rule:
     energy_runtime_ratio: float = ENERGY_RUNTIME_RATIO
 
     @classmethod
-    def of(cls, promote: Mapping[str, Any]) -> Rule:
-        return cls(dict(promote["margins"]), float(promote["energy_runtime_ratio"]))
+    def of(cls, promote: Promote) -> Rule:
+        """A study's resolved rule (its document's measure.promote)."""
+        assert promote.energy_runtime_ratio is not None, "a resolved rule has its ratio"
+        return cls(dict(promote.margins), promote.energy_runtime_ratio)
 
     def margin(self, name: str) -> float:
         return float(self.margins.get(name, DEFAULT_MARGINS.get(name, DEFAULT_MARGIN)))
@@ -99,9 +102,9 @@ class Decision:
     told: dict[str, float] | None = None  # what the sampler hears of a screened-out trial
 
 
-def beats(objective: Mapping[str, str], member: Member, screen: Mapping[str, Interval], rule: Rule) -> bool:
+def beats(objective: ResolvedObjective, member: Member, screen: Mapping[str, Interval], rule: Rule) -> bool:
     """Whether `member` is better than the screened trial on this objective beyond doubt."""
-    name, direction = objective["name"], objective["direction"]
+    name, direction = objective.name, objective.direction
     mine, theirs = member.screen.get(name), screen.get(name)
     if mine is not None and theirs is not None:
         margin = rule.margin(name)
@@ -122,7 +125,7 @@ def bounded_by_runtime(name: str, direction: str) -> bool:
     return name == "energy_mj" and direction == "minimize"
 
 
-def decide(objectives: Sequence[Mapping[str, str]], screen: Mapping[str, Interval], front: Sequence[Member],
+def decide(objectives: Sequence[ResolvedObjective], screen: Mapping[str, Interval], front: Sequence[Member],
            rule: Rule, *, baseline: bool = False) -> Decision:
     """Promote the screened trial, or screen it out naming the front member that beats it on
     every objective (the first by trial number)."""
@@ -137,7 +140,7 @@ def decide(objectives: Sequence[Mapping[str, str]], screen: Mapping[str, Interva
     return Decision(True, "it could place on or near the front")
 
 
-def told_values(objectives: Sequence[Mapping[str, str]], screen: Mapping[str, Interval],
+def told_values(objectives: Sequence[ResolvedObjective], screen: Mapping[str, Interval],
                 member: Member) -> dict[str, float]:
     """The objective values the sampler hears of a trial screened out by `member`: its
     screening values, and energy it did not measure as if it drew the member's power (its
@@ -145,7 +148,7 @@ def told_values(objectives: Sequence[Mapping[str, str]], screen: Mapping[str, In
     dominated by the member's, as the decision found)."""
     told: dict[str, float] = {}
     for objective in objectives:
-        name = objective["name"]
+        name = objective.name
         if name in screen:
             told[name] = screen[name].value
         else:  # bounded_by_runtime: beats() would not have let it through otherwise
@@ -156,20 +159,19 @@ def told_values(objectives: Sequence[Mapping[str, str]], screen: Mapping[str, In
 # --- the document ---------------------------------------------------------------------------
 
 
-def resolve(objectives: list[dict[str, str]], backend: str, screen: Screen, promote: Promote | None,
-            full: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def resolve(objectives: list[ResolvedObjective], backend: str, screen: Screen, promote: Promote | None,
+            full: MeasureSettings) -> tuple[Screen, Promote]:
     """The normalised `measure.screen` and `measure.promote` of a document, or a
     DocumentError naming the field and the fix. A screen is never longer than the full
     measurement (`full`, the normalised full settings): its windows are capped by those."""
     screened = _screened(objectives, backend, screen)
     for o in objectives:
-        if o["name"] not in screened and not (bounded_by_runtime(o["name"], o["direction"])
-                                              and "runtime_ms" in screened):
+        if o.name not in screened and not (bounded_by_runtime(o.name, o.direction) and "runtime_ms" in screened):
             raise DocumentError(
                 "measure.screen.objectives",
-                f"objective {o['name']!r} is not screened and nothing the screen measures bounds it, so every trial "
-                f"would be promoted: add {o['name']!r} to measure.screen.objectives"
-                + (f" (with hot_window_s >= {ENERGY_SCREEN_MIN_WINDOW_S})" if o["name"] in ENERGY_METRICS else "")
+                f"objective {o.name!r} is not screened and nothing the screen measures bounds it, so every trial "
+                f"would be promoted: add {o.name!r} to measure.screen.objectives"
+                + (f" (with hot_window_s >= {ENERGY_SCREEN_MIN_WINDOW_S})" if o.name in ENERGY_METRICS else "")
                 + ", or measure without a screen",
             )
     rule = promote or Promote()
@@ -177,21 +179,21 @@ def resolve(objectives: list[dict[str, str]], backend: str, screen: Screen, prom
         if name not in screened:
             raise DocumentError(f"measure.promote.margins.{name}",
                                 f"{name!r} is not screened; margins apply to {', '.join(screened)}")
-    resolved_screen = {**screen.model_dump(mode="json"), "objectives": screened}
-    for name in ("hot_window_s", "target_s", "warmup_s"):
-        resolved_screen[name] = min(resolved_screen[name], float(full[name]))
+    resolved_screen = screen.model_copy(update={
+        "objectives": screened, "hot_window_s": min(screen.hot_window_s, full.hot_window_s),
+        "target_s": min(screen.target_s, full.target_s), "warmup_s": min(screen.warmup_s, full.warmup_s)})
     margins = {name: rule.margins.get(name, DEFAULT_MARGINS.get(name, DEFAULT_MARGIN)) for name in screened}
     ratio = rule.energy_runtime_ratio if rule.energy_runtime_ratio is not None else ENERGY_RUNTIME_RATIO
-    return resolved_screen, {"margins": margins, "energy_runtime_ratio": ratio}
+    return resolved_screen, Promote(margins=margins, energy_runtime_ratio=ratio)
 
 
-def _screened(objectives: list[dict[str, str]], backend: str, screen: Screen) -> list[str]:
+def _screened(objectives: list[ResolvedObjective], backend: str, screen: Screen) -> list[str]:
     """The metrics the screen measures: those the document names, else every objective but
     energy and power (which need a long hot window), with runtime_ms when energy_mj is an
     objective (it bounds energy)."""
     if screen.objectives is None:
-        names = [o["name"] for o in objectives if o["name"] not in ENERGY_METRICS]
-        if any(o["name"] == "energy_mj" for o in objectives) and "runtime_ms" not in names:
+        names = [o.name for o in objectives if o.name not in ENERGY_METRICS]
+        if any(o.name == "energy_mj" for o in objectives) and "runtime_ms" not in names:
             names.append("runtime_ms")
         return names
     if not screen.objectives:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
@@ -32,6 +31,7 @@ from service.store.db import lock_study, next_seq, next_seqs
 from service.store.models import Study, Trial
 from service.studies import document as sd
 from service.studies import lifecycle
+from service.studies.document import document_of
 from service.trials import queries
 from service.trials.queries import LIGHT
 from service.trials.transitions import announce, touch, touch_ids, transition
@@ -131,21 +131,21 @@ def counts_of(session: Session, study: Study) -> schedule.Counts:
                func.count().filter(and_(*queries.infeasible())))
         .where(Trial.study_id == study.id, Trial.state.in_((TrialState.RUNNING.value, TrialState.FAILED.value)))
     ).one()
-    budget = study.document["budget"]
+    budget = document_of(study).budget
     return schedule.Counts(
         state=study.state, created=study.n_created, completed=study.n_completed, failed=study.n_failed,
         cancelled=study.n_cancelled, screened_out=study.n_screened_out, running=int(running),
         max_trials=study.max_trials, max_failed=study.max_failed_trials, parallelism=study.parallelism,
         past_wall_time=lifecycle.past_wall_time(study), infeasible=infeasible,
         infeasible_in_a_row=_infeasible_in_a_row(session, study.id, budget) if infeasible else 0,
-        count_infeasible=budget.get("count_infeasible", True), max_infeasible=budget.get("max_infeasible"),
-        max_infeasible_in_a_row=budget.get("max_infeasible_in_a_row"),
+        count_infeasible=budget.count_infeasible, max_infeasible=budget.max_infeasible,
+        max_infeasible_in_a_row=budget.max_infeasible_in_a_row,
     )
 
 
-def _infeasible_in_a_row(session: Session, study_id: int, budget: dict[str, Any]) -> int:
+def _infeasible_in_a_row(session: Session, study_id: int, budget: sd.ResolvedBudget) -> int:
     """How many of the latest trials (by number, cancelled ones aside) are infeasible."""
-    cap = int(budget.get("max_infeasible_in_a_row") or 0) or sd.DEFAULT_INFEASIBLE_IN_A_ROW
+    cap = budget.max_infeasible_in_a_row or sd.DEFAULT_INFEASIBLE_IN_A_ROW
     latest = session.execute(
         select(Trial.state, Trial.failure_reason, Trial.told)
         .where(Trial.study_id == study_id, Trial.state != TrialState.CANCELLED.value)
@@ -200,10 +200,10 @@ def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, count
     at_least, deadline = pace
     asked = Asked(budget_left=counts.budget_left)
     in_a_row = counts.infeasible_in_a_row
-    screen = study.document["measure"].get("screen")
+    document = document_of(study)
+    screen = document.measure.screen
     stage = "screen" if screen else None  # a study that screens measures every trial so first
-    requires_energy = bool(set(screen["objectives"]) & sd.ENERGY_OBJECTIVES) if screen else study.requires_energy
-    requires_gpu = sd.requires_gpu(study.backend, study.document)
+    requires_energy = bool(set(screen.objectives or ()) & sd.ENERGY_OBJECTIVES) if screen else study.requires_energy
     while asked.queued < wanted and asked.budget_left > 0:
         if asked.queued + asked.refused >= at_least and time.perf_counter() > deadline:
             break
@@ -228,12 +228,12 @@ def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, count
             pool=study.pool,
             backend=study.backend,
             requires_energy=requires_energy,
-            requires_gpu=requires_gpu,
+            requires_gpu=document.requires_gpu,
             stage=stage,
             is_baseline=study.n_created == 0,
             config=params,
             sampler_state=sampler_state,
-            max_attempts=study.document["limits"]["max_attempts"],
+            max_attempts=document.limits.max_attempts,
         )
         session.add(trial)
         study.n_created += 1

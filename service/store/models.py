@@ -168,7 +168,7 @@ class Trial(Base):
     told: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     completed_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     hypervolume_after: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # the screening stage's result and what became of it (api.schemas.ScreeningOut); never
+    # the screening stage's result and what became of it (service.trials.schemas.ScreeningOut); never
     # objective values: `values` holds the full stage's only
     screening: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     failure_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)

@@ -9,27 +9,25 @@ large: limits are listed in docs/api.md.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+import threading
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from cachetools import LRUCache
+from pydantic import Field, field_serializer, field_validator, model_validator
 
 from service.studies.limits import MAX_DEPTH
-from service.studies.space import (
-    MAX_GRID_POINTS,
-    MAX_PARAMETERS,
-    MAX_STRING,
-    NAME_RE,
-    Parameter,
-    Scalar,
-    SearchSpace,
-    StrictModel,
-    param_default,
-    value_problem,
-)
-from wire.contract import COMPILE_METRICS, MeasureSettings, SandboxLimits, WorkloadShape
+from service.studies.space import MAX_GRID_POINTS, MAX_PARAMETERS, SearchSpace
+from wire.contract import COMPILE_METRICS, DeviceLimits, KernelSpec, MeasureSettings, SandboxLimits, WorkloadShape
+from wire.space import MAX_STRING, NAME_RE, Parameter, Scalar, StrictModel, param_default, value_problem
 
+if TYPE_CHECKING:
+    from service.store.models import Study
+
+Direction = Literal["minimize", "maximize"]
 # name -> (default direction, unit, meaning)
-KNOWN_OBJECTIVES: dict[str, tuple[str, str, str]] = {
+KNOWN_OBJECTIVES: dict[str, tuple[Direction, str, str]] = {
     "runtime_ms": ("minimize", "ms", "hot time per call (back-to-back calls)"),
     "latency_ms": ("minimize", "ms", "median cold per-call latency"),
     "p99_ms": ("minimize", "ms", "99th percentile of cold per-call latency"),
@@ -39,6 +37,7 @@ KNOWN_OBJECTIVES: dict[str, tuple[str, str, str]] = {
 }
 ENERGY_OBJECTIVES = {"energy_mj", "power_w"}
 BACKENDS = ("cpu", "python", "triton", "cuda", "ptx")
+GPU_BACKENDS = frozenset({"triton", "cuda"})  # backends whose trials run on a GPU
 COMPILE_ONLY_BACKENDS = ("triton", "ptx")  # backends that build for a target without running
 SAMPLERS = ("nsga2", "nsga3", "tpe", "gp", "random", "grid", "compileiq")
 MAX_PARALLELISM = 1_000
@@ -53,14 +52,9 @@ MAX_WARM_STUDIES = 20
 MAX_WARM_CONFIGS = 100
 
 
-def requires_gpu(backend: str, document: dict[str, Any]) -> bool:
-    """Whether a study's trials need a GPU: a GPU backend's, unless the study is compile-only."""
-    return backend in ("triton", "cuda") and not document.get("compile_only", False)
-
-
 class Objective(StrictModel):
     name: ShortText
-    direction: Literal["minimize", "maximize"] | None = None
+    direction: Direction | None = None
 
 
 class Constraint(StrictModel):
@@ -168,10 +162,11 @@ class Promote(StrictModel):
 
 
 class StudyMeasure(MeasureSettings):
-    """The full measurement's settings, and optionally a screening stage before it."""
+    """The full measurement's settings, and optionally a screening stage before it (a study
+    without one stores neither key)."""
 
-    screen: Screen | None = None
-    promote: Promote | None = None
+    screen: Screen | None = Field(default=None, exclude_if=lambda value: value is None)
+    promote: Promote | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class StudyDocument(StrictModel):
@@ -203,6 +198,109 @@ class StudyDocument(StrictModel):
     @classmethod
     def _space(cls, value: list[Any] | None) -> list[Any] | None:
         return None if value is None else SearchSpace.validate_parameters(value)
+
+
+class ResolvedObjective(Objective):
+    direction: Direction  # the document's, else the metric's own
+
+
+class ResolvedWarmStart(WarmStart):
+    # the document's configurations and the named studies' fronts, each made whole
+    configs: list[dict[str, Scalar]] = Field(default_factory=list)
+
+
+class ResolvedSampler(Sampler):
+    """The sampler `auto` chose (or the one named), with its options resolved."""
+
+    ordered_choices: bool = False  # documents stored before it existed: categoricals as they are
+    warm_start: ResolvedWarmStart | None = None
+
+
+class ResolvedBudget(StrictModel):
+    """The budget with its defaults filled; what documents stored before a cap existed lack
+    reads as they were run."""
+
+    max_trials: int
+    max_failed_trials: int
+    wall_time_s: float | None = None
+    count_infeasible: bool = True
+    max_infeasible: int | None = None
+    max_infeasible_in_a_row: int | None = None
+
+
+class ResolvedDocument(StrictModel):
+    """The study document as stored (the `document` column) and as every reader gets it
+    (`document_of`): validated, with what the document left out resolved: the built-in's
+    space and workload, the baseline, each objective's direction, the sampler `auto` chose,
+    the budget's caps, the measurement's energy windows and screening stage, the target's
+    device limits, and whether the study only compiles."""
+
+    name: str
+    description: str = ""
+    kernel: KernelSpec  # with `controls` naming the space's compiler controls parameters
+    space: list[Parameter]
+    baseline: dict[str, Scalar]
+    objectives: list[ResolvedObjective]
+    constraints: list[Constraint] = Field(default_factory=list)
+    sampler: ResolvedSampler
+    budget: ResolvedBudget
+    parallelism: int
+    pool: str
+    limits: Limits = Field(default_factory=Limits)
+    measure: StudyMeasure = Field(default_factory=StudyMeasure)
+    target: DeviceLimits | None = None
+    reference_point: dict[str, float]  # per objective, a ratio to the baseline
+    warm_start: Literal["catalog"] | None = None
+    compile_only: bool = False
+    # warm_start: catalog: the catalog's approved configurations, measured after the baseline
+    warm_start_configs: list[dict[str, Scalar]] | None = Field(default=None, exclude_if=lambda value: value is None)
+
+    @field_serializer("space")
+    def _space_as_given(self, space: list[Parameter]) -> list[dict[str, Any]]:
+        return SearchSpace(space).dump()
+
+    @property
+    def objective_names(self) -> list[str]:
+        return [o.name for o in self.objectives]
+
+    @property
+    def warm_configs(self) -> list[dict[str, Any]]:
+        """What trials 1, 2, ... measure after the baseline: the catalog's approved
+        configurations (warm_start: catalog), then the earlier studies' fronts and the listed
+        ones (sampler.warm_start)."""
+        listed = self.sampler.warm_start.configs if self.sampler.warm_start is not None else []
+        return [*(self.warm_start_configs or []), *listed]
+
+    @property
+    def requires_gpu(self) -> bool:
+        """Whether the study's trials need a GPU: a GPU backend's, unless it only compiles."""
+        return self.kernel.backend in GPU_BACKENDS and not self.compile_only
+
+
+_PARSED: LRUCache[tuple[int, datetime], ResolvedDocument] = LRUCache(maxsize=256)  # a few hundred studies in flight
+_PARSED_LOCK = threading.Lock()
+
+
+def document_of(study: Study) -> ResolvedDocument:
+    """The study's document, typed. A document never changes once its study is stored, so it
+    is parsed once per process, the study known by its id and creation time (which no two
+    studies share, whichever database they are in). Keys a document does not know are left
+    aside (a document stored by another release)."""
+    if study.id is None or study.created_at is None:  # not stored yet: nothing identifies it
+        return ResolvedDocument.model_validate(study.document, extra="ignore")
+    key = (study.id, study.created_at)
+    with _PARSED_LOCK:
+        parsed = _PARSED.get(key)
+    if parsed is None:
+        parsed = ResolvedDocument.model_validate(study.document, extra="ignore")
+        with _PARSED_LOCK:
+            _PARSED[key] = parsed
+    return parsed
+
+
+def requires_gpu(backend: str, document: Mapping[str, Any]) -> bool:
+    """ResolvedDocument.requires_gpu, of a stored document read as a dict."""
+    return backend in GPU_BACKENDS and not document.get("compile_only", False)
 
 
 class DocumentError(ValueError):
@@ -238,10 +336,10 @@ def check_shape(raw: Any) -> None:
             stack.extend((item, f"{path}.{i}" if path else str(i), depth + 1) for i, item in enumerate(value))
 
 
-def resolve_objectives(doc: StudyDocument) -> list[dict[str, str]]:
-    """Objectives as [{"name", "direction"}]; unknown names are refused except for python
+def resolve_objectives(doc: StudyDocument) -> list[ResolvedObjective]:
+    """Objectives with their directions; unknown names are refused except for python
     kernels, whose function returns metrics of its own naming."""
-    resolved = []
+    resolved: list[ResolvedObjective] = []
     seen: set[str] = set()
     for i, objective in enumerate(doc.objectives):
         assert isinstance(objective, Objective)
@@ -257,7 +355,7 @@ def resolve_objectives(doc: StudyDocument) -> list[dict[str, str]]:
                 " (python kernels may also name metrics their function returns)",
             )
         direction = objective.direction or (known[0] if known else "minimize")
-        resolved.append({"name": name, "direction": direction})
+        resolved.append(ResolvedObjective(name=name, direction=direction))
     for i, constraint in enumerate(doc.constraints):
         if constraint.metric not in KNOWN_OBJECTIVES and constraint.metric not in seen:
             raise DocumentError(
@@ -318,9 +416,9 @@ def check_grid(space: SearchSpace) -> int:
     return size
 
 
-def reference_point(doc: StudyDocument, objectives: list[dict[str, str]]) -> dict[str, float]:
+def reference_point(doc: StudyDocument, objectives: list[ResolvedObjective]) -> dict[str, float]:
     given = doc.reference_point or {}
-    names = [o["name"] for o in objectives]
+    names = [o.name for o in objectives]
     for key, value in given.items():
         if key not in names:
             raise DocumentError(f"reference_point.{key}", f"{key!r} is not an objective of this study")

@@ -1,20 +1,31 @@
-"""From a study document as sent to its normalised, stored form, or a 422 naming the field."""
+"""From a study document as sent to its resolved, stored form (service.studies.document.
+ResolvedDocument), or a 422 naming the field."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from service.errors import Invalid, invalid_from_pydantic
 from service.scheduling import samplers, screening
 from service.studies import document as sd
-from service.studies.space import CompilerControlsParam, SearchSpace
-from wire.contract import COMPILE_METRICS, DeviceLimits, WorkloadShape, compile_only
+from service.studies.space import SearchSpace
+from wire.contract import (
+    COMPILE_METRICS,
+    ControlsParameter,
+    DeviceLimits,
+    KernelSpec,
+    MeasureSettings,
+    WorkloadShape,
+    compile_only,
+)
 from wire.kernels.resources import KNOWN_LIMITS, limits_for
+from wire.space import CompilerControlsParam
 
-GPU_BACKENDS = {"triton", "cuda"}
-ENERGY_METRICS = {"energy_mj", "power_w"}
+if TYPE_CHECKING:
+    from wire.kernels import BuiltinKernel
+
 # NVML's energy counter advances in ~100 ms steps whose energy varies a lot under the power
 # cap, so an energy figure steadies as the hot window grows: ten repeats of three GEMMs spread
 # by 0.8-2.1% with 1 s windows and 0.6-1.3% with 1.6 s (bench/results/gpu_energy_window.md).
@@ -25,42 +36,29 @@ ENERGY_HOT_WINDOW_S = 1.6
 ENERGY_WARMUP_S = 2.0
 
 
-def builtin_kernel(backend: str, name: str) -> Any:
+def builtin_kernel(backend: str, name: str) -> BuiltinKernel | None:
     from wire.kernels import get_builtin
 
     return get_builtin(backend, name)
 
 
-def validate(raw: Any) -> dict[str, Any]:
-    """Parse and check a study document; returns its normalised form or raises Invalid."""
+def validate(raw: Any) -> sd.ResolvedDocument:
+    """Parse and check a study document; returns its resolved form or raises Invalid."""
     if not isinstance(raw, dict):
         raise Invalid("a study document is a JSON/YAML object", field=None)
     try:
         sd.check_shape(raw)
         doc = sd.StudyDocument.model_validate(raw)
-        return _normalise(doc)
+        return _resolve(doc)
     except ValidationError as exc:
         raise invalid_from_pydantic(exc) from exc
     except sd.DocumentError as exc:
         raise Invalid(exc.message, field=exc.field) from exc
 
 
-def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
+def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
     objectives = sd.resolve_objectives(doc)
-    kernel = doc.kernel
-    builtin_default: dict[str, Any] = {}
-    space = SearchSpace(doc.space) if doc.space is not None else None
-    if kernel.builtin:
-        builtin = builtin_kernel(kernel.backend, kernel.builtin)
-        if builtin is None:
-            raise sd.DocumentError("kernel.builtin", f"no built-in {kernel.backend} kernel named {kernel.builtin!r}")
-        builtin_default = dict(builtin.default_config)
-        if space is None:
-            space = SearchSpace.parse(builtin.space)
-        if not kernel.workload and builtin.workload:
-            kernel = kernel.model_copy(update={"workload": [WorkloadShape.model_validate(w) for w in builtin.workload]})
-    if space is None:
-        raise sd.DocumentError("space", "a kernel given by source needs a search space")
+    kernel, space, builtin_default = _kernel(doc)
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
     sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives))
     _controls(space, sampler, kernel.backend)
@@ -71,41 +69,55 @@ def _normalise(doc: sd.StudyDocument) -> dict[str, Any]:
     packs = any(p.pack for p in space.controls)
     grid = sd.check_grid(space) if sampler == "grid" and not packs else None
     samplers.check(sampler, doc.sampler.seed, options, n_objectives=len(objectives))
-    ordered = ordered if doc.sampler.ordered_choices is None else doc.sampler.ordered_choices
-    normalised = doc.model_dump(mode="json")
-    normalised.update(
-        kernel=kernel.model_dump(mode="json"),
-        space=space.dump(),
-        baseline=baseline,
-        objectives=objectives,
-        reference_point=sd.reference_point(doc, objectives),
+    reference = sd.reference_point(doc, objectives)
+    kernel.controls = {p.name: ControlsParameter(compiler=p.compiler, version=p.version) for p in space.controls}
+    compile_only = _compile_only(doc, objectives, kernel)
+    warm = doc.sampler.warm_start
+    if warm is not None and sampler == "grid":
+        raise sd.DocumentError("sampler.warm_start", "the grid sampler walks the whole grid: leave warm_start out")
+    return sd.ResolvedDocument(
+        name=doc.name, description=doc.description, kernel=kernel, space=space.parameters, baseline=baseline,
+        objectives=objectives, constraints=doc.constraints,
+        sampler=sd.ResolvedSampler(
+            name=sampler, seed=doc.sampler.seed, options=options,
+            ordered_choices=ordered if doc.sampler.ordered_choices is None else doc.sampler.ordered_choices,
+            warm_start=None if warm is None else sd.ResolvedWarmStart(
+                studies=warm.studies, trials=warm.trials,
+                configs=[sd.warm_config(space, c, baseline, f"sampler.warm_start.configs.{i}")
+                         for i, c in enumerate(warm.configs)])),
+        budget=_budget(doc.budget, grid), parallelism=doc.parallelism, pool=doc.pool, limits=doc.limits,
+        measure=_measure(doc, objectives, kernel.backend), target=_target(doc.target, kernel.backend),
+        reference_point=reference, warm_start=doc.warm_start, compile_only=compile_only,
     )
-    normalised["sampler"].update(name=sampler, options=options, ordered_choices=ordered)
-    if space.controls:
-        normalised["kernel"]["controls"] = {p.name: {"compiler": p.compiler, "version": p.version}
-                                            for p in space.controls}
-    normalised["compile_only"] = _compile_only(doc, objectives, normalised["kernel"])
-    warm = normalised["sampler"].get("warm_start")
-    if warm is not None:
-        if sampler == "grid":
-            raise sd.DocumentError("sampler.warm_start", "the grid sampler walks the whole grid: leave warm_start out")
-        warm["configs"] = [sd.warm_config(space, c, baseline, f"sampler.warm_start.configs.{i}")
-                           for i, c in enumerate(warm["configs"])]
-    energy = {o["name"] for o in objectives} & ENERGY_METRICS
-    if energy and kernel.backend in GPU_BACKENDS:
-        for name, value in (("hot_window_s", ENERGY_HOT_WINDOW_S), ("warmup_s", ENERGY_WARMUP_S)):
-            if name not in doc.measure.model_fields_set:
-                normalised["measure"][name] = value
-    _stages(normalised["measure"], doc, objectives, kernel.backend)
-    normalised["target"] = _target(doc.target, kernel.backend)
-    budget = normalised["budget"]
-    if budget["max_failed_trials"] is None:
-        budget["max_failed_trials"] = budget["max_trials"] // 2 + 5
-    if budget["max_infeasible"] is None:
-        budget["max_infeasible"] = budget["max_trials"]
-    if grid is not None:  # the whole grid, after the baseline
-        budget["max_trials"] = min(budget["max_trials"], grid + 1)
-    return normalised
+
+
+def _kernel(doc: sd.StudyDocument) -> tuple[KernelSpec, SearchSpace, dict[str, Any]]:
+    """The kernel with a built-in's workload where the document gives none, the space (the
+    document's, else the built-in's) and the built-in's baseline."""
+    kernel = KernelSpec.model_validate(doc.kernel.model_dump())
+    space = SearchSpace(doc.space) if doc.space is not None else None
+    if not kernel.builtin:
+        if space is None:
+            raise sd.DocumentError("space", "a kernel given by source needs a search space")
+        return kernel, space, {}
+    builtin = builtin_kernel(kernel.backend, kernel.builtin)
+    if builtin is None:
+        raise sd.DocumentError("kernel.builtin", f"no built-in {kernel.backend} kernel named {kernel.builtin!r}")
+    if not kernel.workload and builtin.workload:
+        kernel.workload = [WorkloadShape.model_validate(w) for w in builtin.workload]
+    return kernel, space if space is not None else SearchSpace(builtin.space), dict(builtin.default_config)
+
+
+def _budget(budget: sd.Budget, grid: int | None) -> sd.ResolvedBudget:
+    """The caps the document leaves out, from max_trials; a grid study's trials are at most
+    the whole grid, after the baseline."""
+    return sd.ResolvedBudget.model_validate({
+        **budget.model_dump(),
+        "max_trials": budget.max_trials if grid is None else min(budget.max_trials, grid + 1),
+        "max_failed_trials": budget.max_trials // 2 + 5 if budget.max_failed_trials is None
+        else budget.max_failed_trials,
+        "max_infeasible": budget.max_trials if budget.max_infeasible is None else budget.max_infeasible,
+    })
 
 
 def _controls(space: SearchSpace, sampler: str, backend: str) -> None:
@@ -113,7 +125,7 @@ def _controls(space: SearchSpace, sampler: str, backend: str) -> None:
     whose files CompileIQ's engine generates only with that engine."""
     for index, param in ((i, p) for i, p in enumerate(space.parameters) if isinstance(p, CompilerControlsParam)):
         field = f"space.{index}"
-        if backend not in GPU_BACKENDS | {"ptx"}:
+        if backend not in sd.GPU_BACKENDS | {"ptx"}:
             raise sd.DocumentError(f"{field}.type", f"compiler controls apply to GPU kernels (triton, ptx, cuda), "
                                    f"not to {backend!r} ones")
         if param.compiler != "ptxas":
@@ -125,12 +137,12 @@ def _controls(space: SearchSpace, sampler: str, backend: str) -> None:
                 f"sampler.name to compileiq, or give {field}.pack (a Booster Pack's files) for any other sampler")
 
 
-def _compile_only(doc: sd.StudyDocument, objectives: list[dict[str, str]], kernel: dict[str, Any]) -> bool:
+def _compile_only(doc: sd.StudyDocument, objectives: list[sd.ResolvedObjective], kernel: KernelSpec) -> bool:
     """Whether the study compiles and never runs (every objective and constraint is a compile
     metric: no GPU needed); its target then goes to the kernel's options."""
-    metrics = [o["name"] for o in objectives] + [c.metric for c in doc.constraints]
+    metrics = [o.name for o in objectives] + [c.metric for c in doc.constraints]
     # compile time alone is measured by every backend's own compile, as it always was
-    only = compile_only(metrics) and (set(metrics) != {"compile_s"} or kernel["backend"] == "ptx")
+    only = compile_only(metrics) and (set(metrics) != {"compile_s"} or kernel.backend == "ptx")
     fields = [f"objectives.{i}.name" for i in range(len(objectives))] + \
              [f"constraints.{i}.metric" for i in range(len(doc.constraints))]
     compiled = sorted(COMPILE_METRICS.keys() - {"compile_s"})
@@ -140,44 +152,50 @@ def _compile_only(doc: sd.StudyDocument, objectives: list[dict[str, str]], kerne
                 raise sd.DocumentError(field, f"{name!r} is what the compiler reports of a build: a study with it "
                                        f"compiles and never runs, so every objective and constraint must be one of "
                                        f"{', '.join(COMPILE_METRICS)}; measure runtime objectives in another study")
-        if kernel["backend"] == "ptx":
+        if kernel.backend == "ptx":
             raise sd.DocumentError("objectives", f"a ptx kernel is compiled, never run: its objectives are compile "
                                    f"metrics ({', '.join(COMPILE_METRICS)})")
         return False
-    if kernel["backend"] not in sd.COMPILE_ONLY_BACKENDS:
+    if kernel.backend not in sd.COMPILE_ONLY_BACKENDS:
         raise sd.DocumentError("kernel.backend", f"compile metrics ({', '.join(compiled)}) come from ptxas: use the "
-                               f"triton or ptx backend, not {kernel['backend']!r}")
+                               f"triton or ptx backend, not {kernel.backend!r}")
     if doc.measure.screen is not None:
         raise sd.DocumentError("measure.screen", "a compile-only study measures nothing to screen: leave "
                                "measure.screen out")
     capability = doc.target.compute_capability if doc.target else None
-    if capability is None and not kernel["options"].get("arch"):
+    if capability is None and not kernel.options.get("arch"):
         raise sd.DocumentError("target.compute_capability", "a compile-only study builds for a GPU it does not "
                                "need: name it, e.g. target: {compute_capability: \"9.0\"} (or kernel.options.arch)")
     if capability is not None:
-        kernel["options"]["compute_capability"] = capability
+        kernel.options["compute_capability"] = capability
     return True
 
 
-def _stages(measure: dict[str, Any], doc: sd.StudyDocument, objectives: list[dict[str, str]], backend: str) -> None:
-    """`measure.screen` and `measure.promote` resolved with their defaults; a study without
-    a screen keeps neither key."""
-    measure.pop("screen", None)
-    measure.pop("promote", None)
+def _measure(doc: sd.StudyDocument, objectives: list[sd.ResolvedObjective], backend: str) -> sd.StudyMeasure:
+    """The full measurement's settings (energy objectives on a GPU get the windows energy
+    needs, unless the document sets them), and the screening stage and promotion rule with
+    their defaults; a study without a screen has neither."""
+    full = doc.measure.model_dump(exclude={"screen", "promote"})
+    if {o.name for o in objectives} & sd.ENERGY_OBJECTIVES and backend in sd.GPU_BACKENDS:
+        for name, value in (("hot_window_s", ENERGY_HOT_WINDOW_S), ("warmup_s", ENERGY_WARMUP_S)):
+            if name not in doc.measure.model_fields_set:
+                full[name] = value
+    settings = MeasureSettings.model_validate(full)
     if doc.measure.screen is not None:
-        measure["screen"], measure["promote"] = screening.resolve(objectives, backend, doc.measure.screen,
-                                                                  doc.measure.promote, measure)
-    elif doc.measure.promote is not None:
+        screen, promote = screening.resolve(objectives, backend, doc.measure.screen, doc.measure.promote, settings)
+        return sd.StudyMeasure(**full, screen=screen, promote=promote)
+    if doc.measure.promote is not None:
         raise sd.DocumentError("measure.promote",
                                "a promotion rule needs a screening stage: add measure.screen ({} for its defaults)")
+    return sd.StudyMeasure(**full)
 
 
-def _target(target: sd.Target | None, backend: str) -> dict[str, Any] | None:
+def _target(target: sd.Target | None, backend: str) -> DeviceLimits | None:
     """The device limits the document names: those of its compute capability, overridden by
     any it gives itself."""
     if target is None:
         return None
-    if backend not in GPU_BACKENDS | {"ptx"}:
+    if backend not in sd.GPU_BACKENDS | {"ptx"}:
         raise sd.DocumentError("target", f"device limits apply to GPU kernels (triton, cuda, ptx), not {backend!r}")
     given = target.model_dump(exclude_none=True)
     base: dict[str, Any] = {}
@@ -192,4 +210,4 @@ def _target(target: sd.Target | None, backend: str) -> dict[str, Any] | None:
         base = known.model_dump() if known else {}
     elif target.shared_memory_per_block is None:
         raise sd.DocumentError("target", "name target.compute_capability or target.shared_memory_per_block")
-    return DeviceLimits.model_validate({**base, **given}).model_dump()
+    return DeviceLimits.model_validate({**base, **given})

@@ -42,25 +42,25 @@ def touch(session: Session, study: Study, seq: int | None = None) -> None:
     effects(session).notify(Channel.study(study.id), Channel.STUDIES)
 
 
-def create(session: Session, team_id: int, token_id: int | None, document: dict[str, Any]) -> Study:
+def create(session: Session, team_id: int, token_id: int | None, document: sd.ResolvedDocument) -> Study:
     """The study row; its scheduling step queues the trials (the baseline first)."""
-    objectives = document["objectives"]
-    metrics = {o["name"] for o in objectives} | {c["metric"] for c in document["constraints"]}
+    metrics = set(document.objective_names) | {c.metric for c in document.constraints}
+    budget = document.budget
     study = Study(
         team_id=team_id,
-        name=document["name"],
+        name=document.name,
         state=STUDY.initial.value,
-        document=document,
-        objectives=objectives,
-        pool=document["pool"],
-        backend=document["kernel"]["backend"],
-        sampler=document["sampler"]["name"],
+        document=document.model_dump(mode="json"),
+        objectives=[o.model_dump() for o in document.objectives],
+        pool=document.pool,
+        backend=document.kernel.backend,
+        sampler=document.sampler.name,
         requires_energy=bool(metrics & sd.ENERGY_OBJECTIVES),
-        max_trials=document["budget"]["max_trials"],
-        max_failed_trials=document["budget"]["max_failed_trials"],
-        wall_time_s=document["budget"]["wall_time_s"],
-        parallelism=document["parallelism"],
-        reference_point=[document["reference_point"][o["name"]] for o in objectives],
+        max_trials=budget.max_trials,
+        max_failed_trials=budget.max_failed_trials,
+        wall_time_s=budget.wall_time_s,
+        parallelism=document.parallelism,
+        reference_point=[document.reference_point[name] for name in document.objective_names],
         created_by=token_id,
         best={},
         seq=next_seq(session),

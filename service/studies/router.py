@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Query
 from sqlalchemy import select
 
 from service.api.deps import PrincipalDep, ReadSession, StateDep, StudyId, WriteSession
-from service.api.schemas import ERROR_RESPONSES, DocumentedAs, StudyList, StudyOut
+from service.api.schemas import ERROR_RESPONSES
 from service.artifacts import catalog
 from service.controls import studies as controls
 from service.domain.states import StudyState
@@ -17,6 +17,7 @@ from service.store.models import Study
 from service.studies import document as sd
 from service.studies import documents, lifecycle, warm_start
 from service.studies.access import visible_study
+from service.studies.schemas import DocumentedAs, StudyList, StudyOut
 from service.trials import queries
 
 EXAMPLES: dict[str, Any] = {
@@ -44,13 +45,13 @@ def create_study(
                         Body(description="the study document (see docs/api.md)", openapi_examples=EXAMPLES)],
 ) -> StudyOut:
     principal.require("member")
-    normalised = documents.validate(document)
+    resolved = documents.validate(document)
     assert principal.team_id is not None
-    if normalised.get("warm_start") == "catalog":
-        normalised["warm_start_configs"] = catalog.warm_start(session, principal.team_id, normalised)
-    warm_start.resolve(session, principal.team_id, normalised)
-    controls.resolve(session, state.catalog, normalised)
-    study = lifecycle.create(session, principal.team_id, principal.token_id, normalised)
+    if resolved.warm_start == "catalog":
+        resolved.warm_start_configs = catalog.warm_start(session, principal.team_id, resolved)
+    warm_start.resolve(session, principal.team_id, resolved)
+    controls.resolve(session, state.catalog, resolved)
+    study = lifecycle.create(session, principal.team_id, principal.token_id, resolved)
     return StudyOut.of(study, with_document=True)
 
 

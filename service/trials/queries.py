@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, defer
 from service.domain.states import TrialState
 from service.errors import Invalid
 from service.store.models import Study, Trial
+from service.studies.document import document_of
 
 MAX_CURSOR_CHARS = 512
 # what scheduling reads of a trial: not its logs and reports
@@ -92,7 +93,7 @@ def _sorted(stmt: Select[Any], study: Study, sort: str, cursor: str | None) -> t
         if after:
             stmt = stmt.where(column < after[0] if descending else column > after[0])
         return stmt, lambda t: [t.number]
-    if name not in [o["name"] for o in study.objectives]:
+    if name not in document_of(study).objective_names:
         raise Invalid(f"cannot sort by {name!r}; use number or an objective of this study", field="sort")
     after = decode_cursor(cursor, [int | float, int]) if cursor else None
     value = Trial.values[name].as_float()

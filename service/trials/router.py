@@ -12,22 +12,16 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from service.api.deps import AppState, PrincipalDep, ReadSession, StateDep, StudyId, TrialNumber
-from service.api.schemas import (
-    ERROR_RESPONSES,
-    FrontOut,
-    HistoryPoint,
-    StudyOut,
-    TrialDetail,
-    TrialOut,
-    TrialPage,
-    trial_out,
-)
+from service.api.schemas import ERROR_RESPONSES
 from service.domain.states import STUDY_FINISHED
 from service.errors import NotFound
 from service.notify import Channel
 from service.store.models import Study
 from service.studies.access import visible_study
+from service.studies.document import document_of
+from service.studies.schemas import ObjectiveOut, StudyOut
 from service.trials import queries
+from service.trials.schemas import FrontOut, HistoryPoint, TrialDetail, TrialOut, TrialPage, trial_out
 
 router = APIRouter(prefix="/v1/studies", tags=["trials"], responses=ERROR_RESPONSES)
 
@@ -68,19 +62,21 @@ def get_front(
     history_points: Annotated[int, Query(ge=2, le=5000)] = 500,
 ) -> FrontOut:
     study = visible_study(session, principal, study_id)
+    objectives = document_of(study).objectives
     members, baseline = queries.front(session, study_id)
-    reference = {o["name"]: r for o, r in zip(study.objectives, study.reference_point, strict=True)}
+    reference = {o.name: r for o, r in zip(objectives, study.reference_point, strict=True)}
     raw = None
     if study.baseline_values:
         raw = {}
-        for o in study.objectives:
-            base, ratio = float(study.baseline_values[o["name"]]), reference[o["name"]]
-            raw[o["name"]] = base * ratio if o["direction"] == "minimize" else base / ratio
+        for o in objectives:
+            base, ratio = float(study.baseline_values[o.name]), reference[o.name]
+            raw[o.name] = base * ratio if o.direction == "minimize" else base / ratio
     history = [HistoryPoint(completed=c, hypervolume=h)
                for c, h in queries.hypervolume_history(session, study, history_points)]
     note = None if study.baseline_values else "no hypervolume yet: it is measured against the baseline, still running"
     return FrontOut(
-        study_id=study.id, objectives=study.objectives, trials=[trial_out(t) for t in members],
+        study_id=study.id, objectives=[ObjectiveOut(name=o.name, direction=o.direction) for o in objectives],
+        trials=[trial_out(t) for t in members],
         baseline=trial_out(baseline) if baseline else None, hypervolume=study.hypervolume,
         reference_point=reference, reference_point_raw=raw, history=history, note=note,
     )

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 
 from service.scheduling import screening
 from service.scheduling.screening import Interval, Member, Rule
-from service.studies.document import DocumentError, Promote, Screen
+from service.studies.document import DocumentError, Promote, ResolvedObjective, Screen
+from wire.contract import MeasureSettings
 
-RT_E = [{"name": "runtime_ms", "direction": "minimize"}, {"name": "energy_mj", "direction": "minimize"}]
+RT_E = [ResolvedObjective(name="runtime_ms", direction="minimize"),
+        ResolvedObjective(name="energy_mj", direction="minimize")]
 
 
 # --- a brute-force reference ---------------------------------------------------------------
@@ -31,9 +33,9 @@ def _plausible_member(interval: Interval, margin: float, direction: str) -> list
     return _points(interval.low - margin * abs(interval.low), interval.high)
 
 
-def _reference_beats(objective: dict[str, str], member: Member, screen: dict[str, Interval], rule: Rule) -> bool:
+def _reference_beats(objective: ResolvedObjective, member: Member, screen: dict[str, Interval], rule: Rule) -> bool:
     """Every plausible value of the member better than every plausible value of the trial."""
-    name, direction = objective["name"], objective["direction"]
+    name, direction = objective.name, objective.direction
     if name in member.screen and name in screen:
         mine = _plausible_member(member.screen[name], rule.margin(name), direction)
         theirs = _points(screen[name].low, screen[name].high)
@@ -47,7 +49,7 @@ def _reference_beats(objective: dict[str, str], member: Member, screen: dict[str
     return False
 
 
-def _reference_promotes(objectives: list[dict[str, str]], screen: dict[str, Interval], front: list[Member],
+def _reference_promotes(objectives: list[ResolvedObjective], screen: dict[str, Interval], front: list[Member],
                         rule: Rule, baseline: bool) -> bool:
     if baseline:
         return True
@@ -68,10 +70,10 @@ def intervals(draw: st.DrawFn, positive: bool = True) -> Interval:
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[list[dict[str, str]], dict[str, Interval], list[Member], Rule, bool]:
+def cases(draw: st.DrawFn) -> tuple[list[ResolvedObjective], dict[str, Interval], list[Member], Rule, bool]:
     names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True))
-    objectives = [{"name": n, "direction": "minimize" if n != "f1" else draw(st.sampled_from(["minimize", "maximize"]))}
-                  for n in names]
+    objectives = [ResolvedObjective(name=n, direction="minimize" if n != "f1"
+                                    else draw(st.sampled_from(["minimize", "maximize"]))) for n in names]
     screened = [n for n in names if n != "energy_mj" or draw(st.booleans())]
     if "energy_mj" in names and "energy_mj" not in screened:
         screened.append("runtime_ms")
@@ -101,12 +103,12 @@ def test_the_rule_agrees_with_brute_force(case) -> None:
 
 
 @st.composite
-def truthful(draw: st.DrawFn) -> tuple[list[dict[str, str]], Rule, dict[str, Interval], Member, dict[str, float]]:
+def truthful(draw: st.DrawFn) -> tuple[list[ResolvedObjective], Rule, dict[str, Interval], Member, dict[str, float]]:
     """A trial and a front member whose full values lie within their screening intervals
     widened by a third of the margin, with a trial power at least the member's over the
     rule's energy ratio (up to the same noise): what the rule assumes of the H200."""
     energy = draw(st.booleans())
-    objectives = RT_E if energy else [RT_E[0], {"name": "latency_ms", "direction": "minimize"}]
+    objectives = RT_E if energy else [RT_E[0], ResolvedObjective(name="latency_ms", direction="minimize")]
     screened = ["runtime_ms"] if energy else ["runtime_ms", "latency_ms"]
     rule = Rule({n: draw(st.floats(0.0, 0.3)) for n in screened}, draw(st.floats(1.0, 3.0)))
 
@@ -136,7 +138,7 @@ def test_a_trial_screened_out_is_dominated_in_truth(case) -> None:
     objectives, rule, screen, member, full = case
     decision = screening.decide(objectives, screen, [member], rule)
     if not decision.promote:
-        assert all(member.values[o["name"]] < full[o["name"]] for o in objectives)
+        assert all(member.values[o.name] < full[o.name] for o in objectives)
 
 
 @settings(max_examples=300, deadline=None)
@@ -148,12 +150,12 @@ def test_what_the_sampler_hears_of_a_screened_out_trial_stays_dominated(case) ->
         assert decision.told is None and decision.by is None
         return
     member = next(m for m in front if m.number == decision.by)
-    assert decision.told is not None and set(decision.told) == {o["name"] for o in objectives}
+    assert decision.told is not None and set(decision.told) == {o.name for o in objectives}
     for o in objectives:
-        if o["name"] in screen:  # what it measured, as measured
-            assert decision.told[o["name"]] == screen[o["name"]].value
+        if o.name in screen:  # what it measured, as measured
+            assert decision.told[o.name] == screen[o.name].value
         else:  # energy at the member's power: above the member's own energy
-            assert decision.told[o["name"]] > member.values[o["name"]]
+            assert decision.told[o.name] > member.values[o.name]
 
 
 # --- cases from the H200 --------------------------------------------------------------------
@@ -195,7 +197,7 @@ def test_the_baseline_and_a_study_without_a_front_measure_fully() -> None:
 
 
 def test_a_maximised_objective_needs_the_member_above_by_the_margin() -> None:
-    objectives = [{"name": "gflops", "direction": "maximize"}]
+    objectives = [ResolvedObjective(name="gflops", direction="maximize")]
     member = Member(1, {"gflops": 100.0}, {"gflops": Interval(99.0, 100.0, 101.0)})
     rule = Rule({"gflops": 0.05})
     assert not screening.decide(objectives, {"gflops": Interval(90.0, 93.0, 94.0)}, [member], rule).promote
@@ -203,7 +205,7 @@ def test_a_maximised_objective_needs_the_member_above_by_the_margin() -> None:
 
 
 def test_an_objective_the_screen_did_not_measure_is_never_beaten() -> None:
-    objectives = [RT_E[0], {"name": "power_w", "direction": "minimize"}]
+    objectives = [RT_E[0], ResolvedObjective(name="power_w", direction="minimize")]
     assert screening.decide(objectives, SLOWEST, [BEST], Rule({})).promote
 
 
@@ -216,29 +218,30 @@ def test_interval_of_a_metric() -> None:
 # --- the document ---------------------------------------------------------------------------
 
 
-def _objectives(*names: str) -> list[dict[str, str]]:
-    return [{"name": n, "direction": "minimize"} for n in names]
+def _objectives(*names: str) -> list[ResolvedObjective]:
+    return [ResolvedObjective(name=n, direction="minimize") for n in names]
 
 
 FULL = {"warmup_s": 0.1, "min_repeats": 20, "max_repeats": 2000, "target_s": 0.2, "hot_window_s": 1.6,
         "confidence": 0.95, "cold_samples": None}
+SETTINGS = MeasureSettings.model_validate(FULL)
 
 
 def test_default_screen_is_runtime_only_for_runtime_and_energy() -> None:
-    screen, promote = screening.resolve(_objectives("runtime_ms", "energy_mj"), "triton", Screen(), None, FULL)
-    assert screen == {"hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50, "objectives": ["runtime_ms"],
-                      "warmup_s": 0.1}
-    assert promote == {"margins": {"runtime_ms": 0.04}, "energy_runtime_ratio": 2.5}
-    screen, _ = screening.resolve(_objectives("energy_mj"), "triton", Screen(), None, FULL)
-    assert screen["objectives"] == ["runtime_ms"]  # screened to bound energy
+    screen, promote = screening.resolve(_objectives("runtime_ms", "energy_mj"), "triton", Screen(), None, SETTINGS)
+    assert screen.model_dump() == {"hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50,
+                                   "objectives": ["runtime_ms"], "warmup_s": 0.1}
+    assert promote.model_dump() == {"margins": {"runtime_ms": 0.04}, "energy_runtime_ratio": 2.5}
+    screen, _ = screening.resolve(_objectives("energy_mj"), "triton", Screen(), None, SETTINGS)
+    assert screen.objectives == ["runtime_ms"]  # screened to bound energy
     screen, promote = screening.resolve(_objectives("runtime_ms", "p99_ms"), "cpu",
-                                        Screen(cold_samples=20), Promote(margins={"p99_ms": 0.3}), FULL)
-    assert screen["objectives"] == ["runtime_ms", "p99_ms"] and screen["cold_samples"] == 20
-    assert promote["margins"] == {"runtime_ms": 0.04, "p99_ms": 0.3}
+                                        Screen(cold_samples=20), Promote(margins={"p99_ms": 0.3}), SETTINGS)
+    assert screen.objectives == ["runtime_ms", "p99_ms"] and screen.cold_samples == 20
+    assert promote.margins == {"runtime_ms": 0.04, "p99_ms": 0.3}
     # a screen is never longer than the full measurement
-    short = {**FULL, "hot_window_s": 0.1, "target_s": 0.02, "warmup_s": 0.05}
+    short = SETTINGS.model_copy(update={"hot_window_s": 0.1, "target_s": 0.02, "warmup_s": 0.05})
     screen, _ = screening.resolve(_objectives("runtime_ms"), "cpu", Screen(), None, short)
-    assert (screen["hot_window_s"], screen["target_s"], screen["warmup_s"]) == (0.1, 0.02, 0.05)
+    assert (screen.hot_window_s, screen.target_s, screen.warmup_s) == (0.1, 0.02, 0.05)
 
 
 @pytest.mark.parametrize(("objectives", "screen", "promote", "field"), [
@@ -249,25 +252,26 @@ def test_default_screen_is_runtime_only_for_runtime_and_energy() -> None:
     (_objectives("runtime_ms"), Screen(objectives=["runtime_ms", "runtime_ms"]), None, "measure.screen.objectives.1"),
     (_objectives("runtime_ms"), Screen(objectives=[]), None, "measure.screen.objectives"),
     (_objectives("runtime_ms"), Screen(), Promote(margins={"p99_ms": 0.1}), "measure.promote.margins.p99_ms"),
-    ([{"name": "energy_mj", "direction": "maximize"}], Screen(), None, "measure.screen.objectives"),
+    ([ResolvedObjective(name="energy_mj", direction="maximize")], Screen(), None, "measure.screen.objectives"),
 ])
 def test_a_screen_that_cannot_work_is_refused_naming_the_field(objectives, screen, promote, field) -> None:
     with pytest.raises(DocumentError) as refused:
-        screening.resolve(objectives, "triton", screen, promote, FULL)
+        screening.resolve(objectives, "triton", screen, promote, SETTINGS)
     assert refused.value.field == field
 
 
 def test_energy_may_be_screened_with_a_long_enough_window() -> None:
-    screen, promote = screening.resolve(_objectives("runtime_ms", "energy_mj"), "triton",
-                                        Screen(hot_window_s=0.6, objectives=["runtime_ms", "energy_mj"]), None, FULL)
-    assert screen["objectives"] == ["runtime_ms", "energy_mj"]
-    assert promote["margins"] == {"runtime_ms": 0.04, "energy_mj": 0.05}
+    wide = Screen(hot_window_s=0.6, objectives=["runtime_ms", "energy_mj"])
+    screen, promote = screening.resolve(_objectives("runtime_ms", "energy_mj"), "triton", wide, None, SETTINGS)
+    assert screen.objectives == ["runtime_ms", "energy_mj"]
+    assert promote.margins == {"runtime_ms": 0.04, "energy_mj": 0.05}
 
 
 def test_screen_measure_splits_the_stages() -> None:
     measure = FULL
     assert screening.screen_measure(measure) == (measure, None)
-    screen, promote = screening.resolve(_objectives("runtime_ms"), "triton", Screen(), None, FULL)
+    resolved = screening.resolve(_objectives("runtime_ms"), "triton", Screen(), None, SETTINGS)
+    screen, promote = (part.model_dump() for part in resolved)
     full, screened = screening.screen_measure({**measure, "screen": screen, "promote": promote})
     assert full == measure
     assert screened == {**measure, "hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50, "warmup_s": 0.1}

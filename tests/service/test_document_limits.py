@@ -137,6 +137,7 @@ def test_docs_list_the_limits_the_code_enforces() -> None:
     from service.http import MAX_JSON_DEPTH
     from service.scheduling.samplers import MAX_REFERENCE_POINTS, OPTION_RANGES
     from service.studies import space
+    from wire import space as parameters
 
     docs = (REPO / "docs" / "api.md").read_text()
     phrases = [
@@ -144,7 +145,7 @@ def test_docs_list_the_limits_the_code_enforces() -> None:
         f"| nesting of the document | {MAX_DEPTH} levels (any JSON body: {MAX_JSON_DEPTH}) |",
         f"in the CLI | {MAX_YAML_ALIASES},",
         f"| `space` | 1 to {space.MAX_PARAMETERS} parameters",
-        f"1 to {space.MAX_CHOICES:,} distinct choices, strings up to {space.MAX_STRING:,} characters",
+        f"1 to {parameters.MAX_CHOICES:,} distinct choices, strings up to {parameters.MAX_STRING:,} characters",
         f"at most {space.MAX_GRID_POINTS:,} points",
         f"| `parallelism` | 1 to {study_doc.MAX_PARALLELISM:,} |",
         f"| `kernel.options` | {study_doc.MAX_OPTION_KEYS} keys |",

@@ -27,7 +27,7 @@ def infeasible_proposals(sampler: dict[str, Any], seed: int, as_constraint: bool
         "objectives": ["runtime_ms", "energy_mj"], "sampler": {**sampler, "seed": seed},
         "budget": {"max_trials": TRIALS},
     })
-    mirror = Mirror(Study(id=1, document=doc, objectives=doc["objectives"], n_created=0))
+    mirror = Mirror(Study(id=1, document=doc.model_dump(mode="json"), n_created=0))
     mirror.failures_as_infeasible = as_constraint
     count = 0
     for number in range(TRIALS):

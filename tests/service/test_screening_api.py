@@ -14,6 +14,7 @@ import pytest
 from conftest import Api
 
 from service.scheduling import promotion, screening
+from service.studies.document import Promote, ResolvedObjective
 
 SPACE = [
     {"name": "x", "type": "float", "low": 0.0, "high": 1.0, "default": 0.5},
@@ -121,13 +122,14 @@ def test_a_screening_study_measures_fully_only_what_can_reach_the_front(api: Api
     assert by_number[0]["is_baseline"] and by_number[0]["state"] == "completed"
 
     # a screened-out trial was beaten, by the rule, by a fully measured trial's screening
-    rule = screening.Rule.of({"margins": {"runtime_ms": 0.04}, "energy_runtime_ratio": 2.5})
+    rule = screening.Rule.of(Promote(margins={"runtime_ms": 0.04}, energy_runtime_ratio=2.5))
+    objectives = [ResolvedObjective.model_validate(o) for o in RT_E]
     for t in screened_out:
         member_row = by_number[t["screening"]["dominated_by"]]
         assert member_row["state"] == "completed"
         member = screening.Member(member_row["number"], member_row["values"],
                                   promotion.intervals(member_row["screening"]))
-        assert all(screening.beats(o, member, promotion.intervals(t["screening"]), rule) for o in RT_E)
+        assert all(screening.beats(o, member, promotion.intervals(t["screening"]), rule) for o in objectives)
         assert t["screening"]["told"]["runtime_ms"] == t["screening"]["values"]["runtime_ms"]
 
     # nothing on the front of the true values (over every trial created) was screened out

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 from conftest import FAST, make_spec
+from pydantic import ValidationError
 
 from wire.contract import FailureReason, KernelSpec, WorkloadShape
 from wire.failures import TrialFailure
-from wire.kernels import BUILTINS, BuiltinKernel, get_builtin, register, space_violations
+from wire.kernels import BUILTINS, BuiltinKernel, get_builtin, register
+from wire.space import IntParam, value_problem
 from workers.backends import get_backend, probe_backends
 from workers.backends.cpu import flags_for
 from workers.fingerprint import collect
@@ -57,38 +59,48 @@ def test_bad_configuration_keys_are_explained(config):
 def test_builtin_defaults_are_inside_their_spaces(name):
     kernel = get_builtin("cpu", name)
     assert kernel is not None and kernel.backend == "cpu"
-    assert space_violations(kernel.space, kernel.default_config) == []
+    assert all(value_problem(p, kernel.default_config[p.name]) is None for p in kernel.space)
     assert kernel.read_source().count(kernel.entry) >= 1
     assert kernel.workload and all("dims" in w for w in kernel.workload)
     assert len(kernel.space) >= 6
 
 
+def declared(default_config, space):
+    return BuiltinKernel(name="bad", backend="cpu", source_file=None, entry=None, default_config=default_config,
+                         space=space, workload=[], description="")
+
+
 def test_space_defaults_are_the_baseline():
-    space = [{"name": "T", "type": "int", "low": 4, "high": 8, "step": 4, "default": 8}]
-    assert space_violations(space, {"T": 4}) == ["T: the space's default 8 is not the baseline 4"]
-    assert space_violations(space, {"T": 8}) == []
+    space = [IntParam(name="T", type="int", low=4, high=8, step=4, default=8)]
+    with pytest.raises(ValueError, match=r"the space's default T=8 is not the baseline's 4"):
+        declared({"T": 4}, space)
+    assert declared({"T": 8}, space).default_config == {"T": 8}
 
 
-def test_register_refuses_a_default_outside_the_space():
-    bad = BuiltinKernel(
-        name="bad",
-        backend="cpu",
-        source_file=None,
-        entry=None,
-        default_config={"T": 3},
-        space=[{"name": "T", "type": "int", "low": 4, "high": 8, "step": 4}],
-        workload=[],
-        description="",
-    )
-    with pytest.raises(ValueError, match="T=3"):
-        register(bad)
+@pytest.mark.parametrize(("default_config", "space", "problem"), [
+    ({"T": 3}, [IntParam(name="T", type="int", low=4, high=8, step=4)], r"baseline's T: 3 is not in \[4, 8\] step 4"),
+    ({}, [IntParam(name="T", type="int", low=4, high=8, step=4)], "the baseline has no value for T"),
+    ({"T": 4, "U": 1}, [IntParam(name="T", type="int", low=4, high=8, step=4)], "the baseline names U"),
+    ({"T": 4}, [IntParam(name="T", type="int", low=4, high=8), IntParam(name="T", type="int", low=4, high=8)],
+     "repeated: T"),
+])
+def test_a_builtin_whose_baseline_is_not_a_point_of_its_space_is_refused(default_config, space, problem):
+    with pytest.raises(ValueError, match=problem):
+        register(declared(default_config, space))
     assert ("cpu", "bad") not in BUILTINS
+
+
+def test_a_builtin_space_is_checked_by_the_study_document_s_models():
+    with pytest.raises(ValidationError, match=r"low \(8\) must not be greater than high \(4\)"):
+        IntParam(name="T", type="int", low=8, high=4)
+    with pytest.raises(ValidationError, match=r"high - low \(6\) must be a multiple of step \(4\)"):
+        IntParam(name="T", type="int", low=2, high=8, step=4)
 
 
 @pytest.mark.parametrize("name,dims", [("matmul", {"n": 64}), ("stencil", {"n": 96, "m": 80, "steps": 3})])
 def test_builtins_pass_their_check_at_the_extremes_of_the_space(cache, name, dims):
     builtin = get_builtin("cpu", name)
-    lowest = {p["name"]: p["low"] for p in builtin.space if p["type"] == "int"}
+    lowest = {p.name: p.low for p in builtin.space if isinstance(p, IntParam)}
     kernel = KernelSpec(backend="cpu", builtin=name, workload=[WorkloadShape(dims=dims)])
     for config in (
         builtin.default_config,

@@ -12,7 +12,8 @@ import pytest
 
 from wire.contract import FailureReason, KernelSpec, MeasureSettings, WorkloadShape
 from wire.failures import TrialFailure
-from wire.kernels import get_builtin, space_violations
+from wire.kernels import get_builtin
+from wire.space import CategoricalParam, value_problem
 from workers.backends.cuda_backend import CudaBackend, program_settings, variant_id
 from workers.backends.gpu_loader import resolve, shape_key
 from workers.backends.triton_backend import TritonBackend
@@ -39,7 +40,7 @@ class TestBuiltins:
     def test_registered_with_a_valid_default(self, backend: str, name: str) -> None:
         kernel = get_builtin(backend, name)
         assert kernel is not None
-        assert space_violations(kernel.space, kernel.default_config) == []
+        assert all(value_problem(p, kernel.default_config[p.name]) is None for p in kernel.space)
         assert kernel.source_path() is not None and kernel.source_path().exists()
         assert kernel.workload
 
@@ -48,7 +49,8 @@ class TestBuiltins:
         assert kernel is not None
         size = 1
         for param in kernel.space:
-            size *= len(param["choices"])
+            assert isinstance(param, CategoricalParam)
+            size *= len(param.choices)
         assert 200 <= size <= 300  # a study of 60 trials is at most a quarter of it
 
     def test_resolve_merges_defaults_options_and_workload(self) -> None:

@@ -1,4 +1,5 @@
-"""Registry of built-in example kernels, each with a baseline configuration and a search space.
+"""Registry of built-in example kernels, each with a baseline configuration and a search space
+of typed parameters (wire.space, the models a study document's space is validated with).
 
 A study names a built-in by (backend, name); the worker resolves its source from here, so
 the trial spec carries only the name. GPU built-ins live in wire.kernels.gpu, which is
@@ -12,6 +13,16 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from wire.space import (
+    BoolParam,
+    CategoricalParam,
+    IntParam,
+    Parameter,
+    check_names,
+    param_default,
+    value_problem,
+)
 
 if TYPE_CHECKING:
     from wire.contract import DeviceLimits
@@ -28,8 +39,8 @@ class BuiltinKernel:
     backend: str
     source_file: str | None  # relative to workers/kernels/
     entry: str | None
-    default_config: dict[str, Any]
-    space: list[dict[str, Any]]
+    default_config: dict[str, Any]  # the baseline: a point of the space
+    space: list[Parameter]
     workload: list[dict[str, Any]]
     description: str
     options: dict[str, Any] = field(default_factory=dict)  # backend settings, e.g. the problem
@@ -38,6 +49,30 @@ class BuiltinKernel:
     shape_rules: dict[str, str] = field(default_factory=dict)
     # what one thread block of a configuration uses on a GPU (wire.kernels.resources)
     resources: ResourceModel | None = None
+
+    def __post_init__(self) -> None:
+        check_names(self.space)
+        problem = self._baseline_problem()
+        if problem:
+            raise ValueError(f"built-in {self.backend}/{self.name}: {problem}")
+
+    def _baseline_problem(self) -> str | None:
+        """Why the baseline is not a point of the space, or a default the space gives is not
+        the baseline's; None when neither."""
+        unknown = sorted(self.default_config.keys() - {p.name for p in self.space})
+        if unknown:
+            return f"the baseline names {', '.join(unknown)}, not parameters of the space"
+        for param in self.space:
+            if param.name not in self.default_config:
+                return f"the baseline has no value for {param.name}"
+            value = self.default_config[param.name]
+            problem = value_problem(param, value)
+            if problem:
+                return f"the baseline's {param.name}: {problem}"
+            default = param_default(param)
+            if default is not None and default != value:
+                return f"the space's default {param.name}={default!r} is not the baseline's {value!r}"
+        return None
 
     def source_path(self) -> Path | None:
         return KERNELS_DIR / self.source_file if self.source_file else None
@@ -54,9 +89,6 @@ _gpu_loaded = False
 
 
 def register(kernel: BuiltinKernel) -> None:
-    problems = space_violations(kernel.space, kernel.default_config)
-    if problems:
-        raise ValueError(f"built-in {kernel.backend}/{kernel.name}: " + "; ".join(problems))
     BUILTINS[(kernel.backend, kernel.name)] = kernel
 
 
@@ -96,52 +128,18 @@ def _load_gpu_builtins() -> None:
         log.debug("no GPU built-in kernels: %s", exc)
 
 
-def with_defaults(space: list[dict[str, Any]], defaults: dict[str, Any]) -> list[dict[str, Any]]:
+def with_defaults(space: list[Parameter], defaults: dict[str, Any]) -> list[Parameter]:
     """The space with each parameter's `default` set to the baseline's value."""
-    return [{**param, "default": defaults[param["name"]]} if param["name"] in defaults else param for param in space]
+    return [param.model_copy(update={"default": defaults[param.name]}) if param.name in defaults else param
+            for param in space]
 
 
-def space_violations(space: list[dict[str, Any]], config: dict[str, Any]) -> list[str]:
-    """Why `config` is not a point of `space` (empty when it is)."""
-    problems = []
-    names = {p["name"] for p in space}
-    for name in sorted(set(config) - names):
-        problems.append(f"{name} is not in the space")
-    for param in space:
-        name = param["name"]
-        if name not in config:
-            problems.append(f"{name} has no default")
-            continue
-        value, kind = config[name], param["type"]
-        if kind == "categorical":
-            ok = value in param["choices"]
-        elif kind == "bool":
-            ok = isinstance(value, bool)
-        elif kind == "int":
-            step = param.get("step", 1)
-            ok = (
-                isinstance(value, int)
-                and not isinstance(value, bool)
-                and param["low"] <= value <= param["high"]
-                and (value - param["low"]) % step == 0
-            )
-        elif kind == "float":
-            ok = isinstance(value, int | float) and param["low"] <= value <= param["high"]
-        else:
-            ok = False
-        if not ok:
-            problems.append(f"{name}={value!r} is outside {param}")
-        elif "default" in param and param["default"] != value:
-            problems.append(f"{name}: the space's default {param['default']!r} is not the baseline {value!r}")
-    return problems
-
-
-_CPU_FLAGS_SPACE: list[dict[str, Any]] = [
-    {"name": "opt", "type": "categorical", "choices": ["-O1", "-O2", "-O3", "-Ofast"]},
-    {"name": "march_native", "type": "bool"},
-    {"name": "unroll", "type": "bool"},
-    {"name": "vectorize", "type": "bool"},
-    {"name": "inline_limit", "type": "int", "low": 50, "high": 1000, "step": 50},
+_CPU_FLAGS_SPACE: list[Parameter] = [
+    CategoricalParam(name="opt", type="categorical", choices=["-O1", "-O2", "-O3", "-Ofast"]),
+    BoolParam(name="march_native", type="bool"),
+    BoolParam(name="unroll", type="bool"),
+    BoolParam(name="vectorize", type="bool"),
+    IntParam(name="inline_limit", type="int", low=50, high=1000, step=50),
 ]
 _CPU_FLAGS_DEFAULT: dict[str, Any] = {
     "opt": "-O2",
@@ -164,9 +162,9 @@ register(
         space=with_defaults(
             [
                 *_CPU_FLAGS_SPACE,
-                {"name": "TILE_M", "type": "int", "low": 4, "high": 128, "step": 4},
-                {"name": "TILE_N", "type": "int", "low": 16, "high": 512, "step": 16},
-                {"name": "TILE_K", "type": "int", "low": 16, "high": 512, "step": 16},
+                IntParam(name="TILE_M", type="int", low=4, high=128, step=4),
+                IntParam(name="TILE_N", type="int", low=16, high=512, step=16),
+                IntParam(name="TILE_K", type="int", low=16, high=512, step=16),
             ],
             _MATMUL_DEFAULT,
         ),
@@ -190,8 +188,8 @@ register(
         space=with_defaults(
             [
                 *_CPU_FLAGS_SPACE,
-                {"name": "TILE_I", "type": "int", "low": 4, "high": 256, "step": 4},
-                {"name": "TILE_J", "type": "int", "low": 32, "high": 2048, "step": 32},
+                IntParam(name="TILE_I", type="int", low=4, high=256, step=4),
+                IntParam(name="TILE_J", type="int", low=32, high=2048, step=32),
             ],
             _STENCIL_DEFAULT,
         ),

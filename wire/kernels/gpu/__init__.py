@@ -5,13 +5,14 @@ backends import the kernels' harnesses when they run them."""
 from __future__ import annotations
 
 from wire.kernels import BuiltinKernel, register, resources
+from wire.space import BoolParam, CategoricalParam, Parameter
 
-GEMM_SPACE = [
-    {"name": "BLOCK_M", "type": "categorical", "choices": [64, 128, 256]},
-    {"name": "BLOCK_N", "type": "categorical", "choices": [64, 128, 256]},
-    {"name": "BLOCK_K", "type": "categorical", "choices": [32, 64, 128]},
-    {"name": "num_warps", "type": "categorical", "choices": [4, 8]},
-    {"name": "num_stages", "type": "categorical", "choices": [2, 3, 4, 5, 6]},
+GEMM_SPACE: list[Parameter] = [
+    CategoricalParam(name="BLOCK_M", type="categorical", choices=[64, 128, 256]),
+    CategoricalParam(name="BLOCK_N", type="categorical", choices=[64, 128, 256]),
+    CategoricalParam(name="BLOCK_K", type="categorical", choices=[32, 64, 128]),
+    CategoricalParam(name="num_warps", type="categorical", choices=[4, 8]),
+    CategoricalParam(name="num_stages", type="categorical", choices=[2, 3, 4, 5, 6]),
 ]
 
 register(
@@ -53,11 +54,11 @@ register(
             "enable_fp_fusion": True,
         },
         space=[
-            {"name": "BLOCK_M", "type": "categorical", "choices": [64, 128]},
-            {"name": "BLOCK_N", "type": "categorical", "choices": [32, 64, 128]},
-            {"name": "num_warps", "type": "categorical", "choices": [4, 8]},
-            {"name": "num_stages", "type": "categorical", "choices": [1, 2, 3, 4]},
-            {"name": "enable_fp_fusion", "type": "bool"},
+            CategoricalParam(name="BLOCK_M", type="categorical", choices=[64, 128]),
+            CategoricalParam(name="BLOCK_N", type="categorical", choices=[32, 64, 128]),
+            CategoricalParam(name="num_warps", type="categorical", choices=[4, 8]),
+            CategoricalParam(name="num_stages", type="categorical", choices=[1, 2, 3, 4]),
+            BoolParam(name="enable_fp_fusion", type="bool"),
         ],
         workload=[
             {
@@ -94,13 +95,13 @@ register(
             "max_register_count": 0,
         },
         space=[
-            {"name": "THREADS", "type": "categorical", "choices": [128, 256, 512, 1024]},
-            {"name": "ROWS_PER_CTA", "type": "categorical", "choices": [1, 2, 4]},
-            {"name": "VEC", "type": "categorical", "choices": [2, 4, 8]},
-            {"name": "CACHE_ROW", "type": "categorical", "choices": [0, 1]},
-            {"name": "use_fast_math", "type": "bool"},
-            {"name": "extra_device_vectorization", "type": "bool"},
-            {"name": "max_register_count", "type": "categorical", "choices": [0, 32, 64, 128]},
+            CategoricalParam(name="THREADS", type="categorical", choices=[128, 256, 512, 1024]),
+            CategoricalParam(name="ROWS_PER_CTA", type="categorical", choices=[1, 2, 4]),
+            CategoricalParam(name="VEC", type="categorical", choices=[2, 4, 8]),
+            CategoricalParam(name="CACHE_ROW", type="categorical", choices=[0, 1]),
+            BoolParam(name="use_fast_math", type="bool"),
+            BoolParam(name="extra_device_vectorization", type="bool"),
+            CategoricalParam(name="max_register_count", type="categorical", choices=[0, 32, 64, 128]),
         ],
         workload=[{"dims": {"rows": 16384, "cols": 8192}, "weight": 1.0}],
         description=(

@@ -1,0 +1,90 @@
+"""What the trials API answers: a study's trials, its front and its live events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.api.schemas import Utc
+from service.store.models import Trial
+from service.studies.schemas import ObjectiveOut
+
+
+class ScreeningOut(BaseModel):
+    """A trial's screening stage: measured cheaply before any full measurement. Its values
+    are screening values, never objective values (`values` of the trial holds those)."""
+
+    values: dict[str, float] = Field(description="screened metric -> screening value (median)")
+    intervals: dict[str, list[float]] = Field(description="screened metric -> [low, high], its confidence interval")
+    units: dict[str, str] = Field(default_factory=dict)
+    worker_id: int | None = Field(default=None, description="the worker that ran the screen")
+    timings: dict[str, float] = Field(default_factory=dict)
+    promoted: bool | None = Field(default=None, description="measured fully; null while undecided")
+    dominated_by: int | None = Field(default=None, description="screened out: the front trial (number) that beat it")
+    told: dict[str, float] | None = Field(default=None, description="screened out: the values the sampler heard")
+    reason: str | None = None
+
+
+class TrialOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    study_id: int
+    number: int
+    state: str
+    stage: str | None = Field(default=None, description="studies that screen: screen or full")
+    is_baseline: bool
+    config: dict[str, Any]
+    values: dict[str, float] | None
+    relative: dict[str, float] | None
+    feasible: bool | None
+    on_front: bool
+    screening: ScreeningOut | None = None
+    attempt: int
+    phase: str | None
+    failure_reason: str | None
+    message: str | None
+    worker_id: int | None
+    completed_index: int | None
+    created_at: Utc
+    started_at: Utc | None
+    finished_at: Utc | None
+
+
+class TrialDetail(TrialOut):
+    metrics: dict[str, Any] | None
+    constraint_values: list[float] | None
+    correctness: dict[str, Any] | None
+    compile_report: dict[str, Any] | None
+    environment: dict[str, Any] | None
+    timings: dict[str, Any] | None
+    fingerprint: dict[str, Any] | None
+    log: str | None
+    hypervolume_after: float | None
+
+
+class TrialPage(BaseModel):
+    items: list[TrialOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null at the end")
+
+
+class HistoryPoint(BaseModel):
+    completed: int
+    hypervolume: float
+
+
+class FrontOut(BaseModel):
+    study_id: int
+    objectives: list[ObjectiveOut]
+    trials: list[TrialOut]
+    baseline: TrialOut | None
+    hypervolume: float | None
+    reference_point: dict[str, float] = Field(description="per objective, as a ratio to the baseline")
+    reference_point_raw: dict[str, float] | None
+    history: list[HistoryPoint]
+    note: str | None = None
+
+
+def trial_out(trial: Trial) -> TrialOut:
+    return TrialOut.model_validate(trial)
