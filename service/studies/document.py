@@ -277,7 +277,8 @@ class ResolvedDocument(StrictModel):
         return self.kernel.backend in GPU_BACKENDS and not self.compile_only
 
 
-_PARSED: LRUCache[tuple[int, datetime], ResolvedDocument] = LRUCache(maxsize=256)  # a few hundred studies in flight
+# as many studies as a listing shows and more: a listing reads every one of its studies (StudyOut)
+_PARSED: LRUCache[tuple[int, datetime], ResolvedDocument] = LRUCache(maxsize=1024)
 _PARSED_LOCK = threading.Lock()
 
 
