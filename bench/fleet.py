@@ -153,6 +153,8 @@ def _summary(name: str, workers: int, studies: int, per_study: int, data: dict[s
         "result_p50_ms": _percentile(data["result_ms"], 50),
         "result_p99_ms": _percentile(data["result_ms"], 99),
         "server_cores": round(server_cpu / wall, 2), "wall_s": round(wall, 1),
+        # the server's CPU time (its processes') over the run, per completed trial
+        "server_cpu_ms_per_trial": round(1000 * server_cpu / total, 2) if total else None,
         "error_examples": data["errors"][:5],
     }
     if total >= 10_000:
@@ -210,7 +212,7 @@ def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
 
 COLUMNS = ["scenario", "server_processes", "scheduler_process", "workers", "trial_s", "studies", "completed", "errors",
            "trials_per_s", "long_polls", "lease_p50_ms", "lease_p99_ms", "result_p50_ms", "result_p99_ms",
-           "late_over_early", "server_cores", "wall_s", "vs_rdb"]
+           "late_over_early", "server_cores", "server_cpu_ms_per_trial", "wall_s", "vs_rdb"]
 
 
 def table(rows: list[dict[str, Any]]) -> str:

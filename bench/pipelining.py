@@ -33,7 +33,8 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "workers"), str(REPO)]
 from wire.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape  # noqa: E402
 from wire.kernels import BuiltinKernel, get_builtin  # noqa: E402
 from wire.space import BoolParam, CategoricalParam, FloatParam, IntParam, Parameter  # noqa: E402
-from workers.agent.core import AgentConfig, run_agent  # noqa: E402
+from workers.agent.launch import run_agent  # noqa: E402
+from workers.agent.settings import AgentSettings  # noqa: E402
 from workers.fingerprint import cpu_model  # noqa: E402
 
 OBJECTIVES = ["runtime_ms", "p99_ms", "compile_s"]
@@ -98,7 +99,7 @@ def run_plane(name: str, trials: int, prefetch: bool, seed: int) -> Run:
     )
     with PlaneServer(plane) as server, tempfile.TemporaryDirectory() as cache:
         summary = run_agent(
-            AgentConfig(
+            AgentSettings(
                 server=server.url,
                 token=plane.token,
                 prefetch=prefetch,
@@ -134,7 +135,7 @@ def run_service(name: str, trials: int, prefetch: bool, seed: int) -> Run:
                 watcher = threading.Thread(target=_stop_when_done, args=(client, study_id, stop), daemon=True)
                 watcher.start()
                 summary = run_agent(
-                    AgentConfig(
+                    AgentSettings(
                         server=service.url,
                         token=token,
                         prefetch=prefetch,

@@ -18,7 +18,6 @@ from service.accounts import router as accounts
 from service.api import ops
 from service.api.deps import AppState
 from service.artifacts import router as artifacts
-from service.artifacts import validations
 from service.config import Settings
 from service.controls import router as controls
 from service.controls.catalog import ControlsCatalog
@@ -30,7 +29,7 @@ from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
 from service.store.migrate import prepare_schema
 from service.studies import router as studies
-from service.trials import leases
+from service.studies.lifecycle import wall_time_over
 from service.trials import router as trials
 from service.web import mount_dashboard
 from service.workers import router as workers
@@ -84,23 +83,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 async def _upkeep(state: AppState) -> None:
-    """Expire abandoned leases and enforce wall-time limits, so that studies finish even
-    when no worker is polling."""
+    """Expire abandoned leases of every kind of work and enforce wall-time limits, so that
+    studies finish even when no worker is polling."""
     while True:
         await asyncio.sleep(state.settings.reaper_interval_s)
         try:
-            studies_touched, pools = await state.db.run(_expire, state)
-            state.scheduler.wake(*studies_touched)
+            over, pools = await state.db.run(_expire, state)
+            state.scheduler.wake(*over)
             state.notifier.notify(*(f"pool:{pool}" for pool in pools))
         except Exception:
             log.exception("upkeep failed; retrying")
 
 
-def _expire(state: AppState) -> tuple[set[int], set[str]]:
+def _expire(state: AppState) -> tuple[list[int], set[str]]:
+    """Studies past their wall time, and the pools that got work back (studies whose
+    trials' leases expired are woken after the commit)."""
     with state.db.write() as session:
-        touched, pools = leases.expire_leases(session)
-        pools |= validations.expire(session)
+        pools = state.queue.expire(session)
     with state.db.read() as session:
-        touched |= set(leases.wall_time_over(session))
-    return touched, pools
+        return wall_time_over(session), pools
 

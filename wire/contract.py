@@ -11,14 +11,20 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
 # 2: a worker may report failure reason `infeasible` and its GPU's `device_limits`, which a
 # version-1 control plane would refuse; it serves version-1 workers unchanged
 # 3: a kernel may name compiler controls parameters and a trial carry the files they name,
 # and a trial may be compile-only; the fields are left out of what a study without them sends
-CONTRACT_VERSION = 3
+# 4: one lease queue over kinds of work: a lease names its `kind` and carries that kind's
+# payload in `work` (contract 3 and older get `trial` or `validation` instead), a worker
+# registers the kinds it runs, and every kind's report goes to /v1/leases/{token}/result
+CONTRACT_VERSION = 4
 CONTRACT_HEADER = "X-Paretune-Contract"  # every worker request names its CONTRACT_VERSION
+# the kinds of leased work a worker of contract 3 or older runs (and a newer one by default)
+DEFAULT_KINDS = ("trial", "validation")
+KIND_PATTERN = r"^[a-z][a-z0-9_]{0,9}$"  # a kind's name: short, it starts every lease token
 
 
 class FailureReason(StrEnum):
@@ -90,10 +96,15 @@ class Fingerprint(BaseModel):
     device_limits: DeviceLimits | None = None  # of its GPU: the service refuses what cannot launch there
 
 
+WorkKindName = Annotated[str, Field(pattern=KIND_PATTERN)]
+
+
 class RegisterRequest(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     pool: str = Field(default="default", min_length=1, max_length=100)
     fingerprint: Fingerprint
+    # the kinds of leased work this worker runs: it is leased those only
+    kinds: list[WorkKindName] = Field(default_factory=lambda: list(DEFAULT_KINDS), min_length=1, max_length=16)
 
 
 class RegisterResponse(BaseModel):
@@ -240,20 +251,31 @@ class ValidationSpec(BaseModel):
         return self
 
 
+def _left_out_when_none(value: object) -> bool:
+    return value is None
+
+
 class Lease(BaseModel):
-    """A leased unit of work: a trial or a validation job (exactly one of them)."""
+    """A leased unit of work: its `kind` (trial, validation, ...) and that kind's payload
+    (`work`: a TrialSpec, a ValidationSpec, as the kind's worker Job reads it). Workers of
+    contract 3 and older are sent the payload as `trial` or `validation` instead, the fields
+    they know (service.workers.compat)."""
 
     token: str
     expires_at: datetime
     lease_s: float
     heartbeat_s: float
-    trial: TrialSpec | None = None
-    validation: ValidationSpec | None = None
+    kind: str | None = Field(default=None, exclude_if=_left_out_when_none)
+    work: dict[str, Any] | SerializeAsAny[BaseModel] | None = Field(default=None, exclude_if=_left_out_when_none)
+    trial: TrialSpec | None = Field(default=None, exclude_if=_left_out_when_none)  # contract 3 and older
+    validation: ValidationSpec | None = Field(default=None, exclude_if=_left_out_when_none)  # contract 3 and older
 
     @model_validator(mode="after")
-    def _one_kind_of_work(self) -> Lease:
-        if (self.trial is None) == (self.validation is None):
-            raise ValueError("a lease holds exactly one of trial and validation")
+    def _one_unit_of_work(self) -> Lease:
+        forms = [self.kind is not None and self.work is not None, self.trial is not None, self.validation is not None]
+        if sum(forms) != 1 or (self.kind is None) != (self.work is None):
+            raise ValueError("a lease holds one unit of work: a kind and its work (before contract 4: exactly "
+                             "one of trial and validation)")
         return self
 
 
@@ -352,16 +374,13 @@ class Metric(BaseModel):
         return None
 
 
-class TrialResult(BaseModel):
-    """What a worker reports for a lease; posting the same result twice counts once."""
+class WorkReport(BaseModel):
+    """What every kind of work reports for its lease (the kind's own report adds to it);
+    posting the same report twice counts once."""
 
-    status: str = Field(pattern="^(completed|failed)$")
+    status: Literal["completed", "failed"]
     failure_reason: FailureReason | None = None
     message: str = ""
-    metrics: dict[str, Metric] = Field(default_factory=dict)
-    correctness: dict[str, Any] = Field(default_factory=dict)
-    compile_report: dict[str, Any] = Field(default_factory=dict)
-    environment: dict[str, Any] = Field(default_factory=dict)  # clocks, temperature, throttling
     timings: dict[str, float] = Field(default_factory=dict)  # compile_s, check_s, measure_s
     log: str = Field(default="", max_length=200_000)
     # hand this worker its next lease with the acknowledgement, if one is queued now (a
@@ -370,6 +389,24 @@ class TrialResult(BaseModel):
 
     _worker_reason = field_validator("failure_reason")(lambda cls, reason: worker_reason(reason))
     _durations = field_validator("timings")(lambda cls, timings: durations(timings))
+
+
+class WorkAck(BaseModel):
+    """The service's answer to a report: the unit's state now, whether the report had been
+    received before, and with WorkReport.next_lease the worker's next lease, if any."""
+
+    state: str
+    duplicate: bool = False
+    next_lease: Lease | None = None
+
+
+class TrialResult(WorkReport):
+    """What a worker reports for a trial's lease."""
+
+    metrics: dict[str, Metric] = Field(default_factory=dict)
+    correctness: dict[str, Any] = Field(default_factory=dict)
+    compile_report: dict[str, Any] = Field(default_factory=dict)
+    environment: dict[str, Any] = Field(default_factory=dict)  # clocks, temperature, throttling
 
     @field_validator("metrics")
     @classmethod
@@ -382,11 +419,8 @@ class TrialResult(BaseModel):
         return metrics
 
 
-class ResultAck(BaseModel):
+class ResultAck(WorkAck):
     trial_id: int
-    state: str
-    duplicate: bool = False
-    next_lease: Lease | None = None  # asked for with TrialResult.next_lease: the worker's next work, if any
 
 
 class Target(BaseModel):
@@ -462,14 +496,11 @@ class ConfigOutcome(BaseModel):
         return self
 
 
-class ValidationReport(BaseModel):
+class ValidationReport(WorkReport):
     """What a worker reports for a validation lease. `failed` when no comparison could be
     made (the baseline failed, the run crashed or timed out); a candidate that fails is
     reported in its own outcome."""
 
-    status: Literal["completed", "failed"]
-    failure_reason: FailureReason | None = None
-    message: str = ""
     baseline: ConfigOutcome
     candidates: list[ConfigOutcome] = Field(default_factory=list)
     rounds: int = 0  # rounds measured
@@ -478,18 +509,8 @@ class ValidationReport(BaseModel):
     target: Target | None = None  # the device and toolchain measured on
     fingerprint: Fingerprint | None = None
     environment: dict[str, Any] = Field(default_factory=dict)
-    timings: dict[str, float] = Field(default_factory=dict)
-    log: str = Field(default="", max_length=200_000)
-    # hand this worker its next lease with the acknowledgement, if one is queued now (a
-    # service that predates it ignores the field: the worker then long-polls as before)
-    next_lease: bool = False
-
-    _worker_reason = field_validator("failure_reason")(lambda cls, reason: worker_reason(reason))
-    _durations = field_validator("timings")(lambda cls, timings: durations(timings))
 
 
-class ValidationAck(BaseModel):
+class ValidationAck(WorkAck):
     validation_id: int
     job_id: int
-    state: str
-    duplicate: bool = False

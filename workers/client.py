@@ -4,7 +4,7 @@ Network errors, 5xx and 429 are retried with exponential backoff and full jitter
 random time in [0, min(cap, base * 2^attempt)]), so a fleet of workers does not hammer a
 recovering service in lockstep. Each call retries until its deadline or until the stop
 event is set; it never raises on a transient failure before that. A 409 on a lease means the
-lease is gone (expired or unknown): the caller abandons the trial.
+lease is gone (expired or unknown): the caller abandons its work.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any
+from typing import TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -27,13 +27,13 @@ from wire.contract import (
     LeaseRequest,
     RegisterRequest,
     RegisterResponse,
-    ResultAck,
-    TrialResult,
-    ValidationAck,
-    ValidationReport,
+    WorkAck,
+    WorkReport,
 )
 
 log = logging.getLogger(__name__)
+Ack = TypeVar("Ack", bound=WorkAck)
+Reply = TypeVar("Reply", bound=BaseModel)
 
 
 class Backoff:
@@ -173,7 +173,7 @@ class ControlPlaneClient:
         response = self._request("/v1/workers/register", request, deadline=None)
         if response.status_code not in (200, 201):
             raise _api_error(response)
-        return RegisterResponse.model_validate(response.json())
+        return RegisterResponse.model_validate_json(response.content)
 
     def lease(self, request: LeaseRequest) -> Lease | None:
         """Long-poll for a trial; None when nothing was queued in time."""
@@ -184,7 +184,7 @@ class ControlPlaneClient:
             return None
         if response.status_code != 200:
             raise _api_error(response)
-        return Lease.model_validate(response.json())
+        return Lease.model_validate_json(response.content)
 
     def heartbeat(self, token: str, phase: str | None, *, deadline: float) -> HeartbeatResponse:
         response = self._request(
@@ -196,27 +196,20 @@ class ControlPlaneClient:
         )
         return self._lease_reply(response, HeartbeatResponse)
 
-    def post_result(self, token: str, result: TrialResult, *, deadline: float) -> ResultAck:
-        """Post until acknowledged or the lease's deadline passes; a stop request does not
-        interrupt it (a finished result is worth delivering while the agent drains), an
-        abort does."""
-        response = self._request(
-            f"/v1/leases/{token}/result", result, deadline=deadline, until_abort=True
-        )
-        return self._lease_reply(response, ResultAck)
-
-    def post_validation(self, token: str, report: ValidationReport, *, deadline: float) -> ValidationAck:
-        """A validation job's report, delivered like a trial's result."""
-        response = self._request(f"/v1/leases/{token}/validation", report, deadline=deadline, until_abort=True)
-        return self._lease_reply(response, ValidationAck)
+    def post_report(self, token: str, report: WorkReport, ack: type[Ack], *, deadline: float) -> Ack:
+        """Post a lease's report (of any kind of work) until acknowledged or the lease's
+        deadline passes; a stop request does not interrupt it (a finished report is worth
+        delivering while the agent drains), an abort does."""
+        response = self._request(f"/v1/leases/{token}/result", report, deadline=deadline, until_abort=True)
+        return self._lease_reply(response, ack)
 
     @staticmethod
-    def _lease_reply(response: httpx.Response, model: type[Any]) -> Any:
+    def _lease_reply(response: httpx.Response, model: type[Reply]) -> Reply:
         if response.status_code in (404, 409, 410):
             raise LeaseGone(_api_error(response).message or f"HTTP {response.status_code}")
         if response.status_code != 200:
             raise _api_error(response)
-        return model.model_validate(response.json())
+        return model.model_validate_json(response.content)
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -17,6 +17,7 @@ from service.accounts.limits import FailureLimiter
 from service.accounts.principals import PrincipalCache
 from service.accounts.tokens import PREFIX_CHARS, AuthenticationFailed, Principal, authenticate, hash_token
 from service.artifacts.signing import SigningKey, load_signing_key
+from service.artifacts.validations import ValidationWork
 from service.config import Settings
 from service.controls.catalog import ControlsCatalog
 from service.controls.files import ControlsFiles
@@ -27,7 +28,9 @@ from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
 from service.store.models import utcnow
-from service.trials.leases import EmptyQueues, StudySpecs
+from service.studies.specs import StudySpecs
+from service.trials.leases import EmptyQueues, LeaseQueue
+from service.trials.work import TrialWork
 from service.workers.registry import WorkerDirectory
 
 log = logging.getLogger("paretune.auth")
@@ -48,6 +51,7 @@ class AppState:
     principals: PrincipalCache = field(default_factory=lambda: PrincipalCache(PRINCIPAL_TTL_S))
     auth_failures: FailureLimiter = field(init=False)
     empty_queues: EmptyQueues = field(init=False)
+    queue: LeaseQueue = field(init=False)
     _signing: SigningKey | None = field(default=None, init=False)
 
     @property
@@ -60,6 +64,11 @@ class AppState:
         # without Redis other replicas' trials are found only by looking: every poll interval
         period = 5.0 if self.settings.redis_url else self.settings.poll_interval_s
         self.empty_queues = EmptyQueues(period)
+        # the kinds of leased work, in the order a worker is offered them: a person waits for
+        # a validation
+        self.queue = LeaseQueue(self.settings, self.workers)
+        self.queue.register(ValidationWork())
+        self.queue.register(TrialWork(self.specs, self.controls_files, self.scheduler.wake, self.notifier.notify))
 
     def signing_key(self) -> SigningKey:
         """The artifact signing key, read (or made) on first use."""

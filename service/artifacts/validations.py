@@ -6,8 +6,8 @@ the pool that runs the study's backend takes the oldest queued job. With several
 workers in the pool, the rounds are split into as many jobs (at most MAX_JOBS, each of at
 least MIN_ROUNDS_PER_JOB rounds), so that several GPUs of the model measure at once; the
 statistics remove each job's mean (service.artifacts.comparison), so a faster GPU cannot widen
-the intervals. Leases have a token and an expiry like trials'; an expired one goes back
-to the queue until its attempts run out.
+the intervals. Jobs are a kind of leased work (ValidationWork, over service.trials.leases):
+leased, heartbeated, reported and expired as trials are.
 
 When the last job has reported, each candidate is judged in the same transaction: correct
 on every extended shape in every job and measured in every round -> validated, with each
@@ -18,11 +18,11 @@ cannot be approved). The reports, with every round's raw values, stay on the job
 from __future__ import annotations
 
 import math
-import secrets
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, Row, func, select, update
 from sqlalchemy.orm import Session
 
 from service.artifacts import audit
@@ -35,19 +35,16 @@ from service.artifacts.states import (
     CandidateState,
     JobState,
     ValidationState,
-    check_job,
 )
-from service.artifacts.transitions import transition_candidate, transition_job, transition_validation
-from service.config import Settings
+from service.artifacts.transitions import transition_candidate, transition_validation
 from service.controls import files as controls_files
-from service.errors import Conflict, Invalid
+from service.errors import Invalid
 from service.store.db import after_commit, is_postgres
 from service.store.effects import effects
-from service.store.models import Candidate, Study, Trial, Validation, ValidationJob, Worker, as_utc, utcnow
+from service.store.models import VALIDATION_JOBS, Candidate, Study, Trial, Validation, ValidationJob, Worker, utcnow
 from service.store.storable import storable, storable_text
 from service.studies import document as sd
-from service.trials.leases import EmptyQueues, QueueKey
-from service.workers.registry import WorkerDirectory, WorkerInfo
+from service.trials.leases import Held, Outcome, QueuedHint, WorkKind
 from wire import contract as wire
 
 DEFAULT_ROUNDS = 20
@@ -123,118 +120,71 @@ def start(session: Session, study: Study, candidates: list[Candidate], *, rounds
     return validation
 
 
-# -- the lease queue -------------------------------------------------------------------------
+# -- validation jobs as leased work ------------------------------------------------------------
+
+# Validation jobs are rare beside trials: a lease looks for one only when one was queued since
+# (here) or every period (another replica's)
+QUEUED_HINT = QueuedHint()
 
 
-class QueuedJobsHint:
-    """Kinds of worker for which this process recently found no queued validation job.
+class ValidationWork(WorkKind):
+    """Validation jobs as a kind of leased work (service.trials.leases)."""
 
-    Validation jobs are rare beside trials, so a lease skips looking for one for `period_s`
-    after a look found none for its kind of worker (pool, backends, energy), unless a job was
-    queued since: by this process, at once (`queued` runs after the commit that queued it and
-    counts it, and a look is trusted only if nothing was counted since it began); by another
-    replica, within the period. The same bookkeeping as the long-polls' `EmptyQueues`, with
-    queued jobs in place of unanswered wake-ups."""
+    name: ClassVar[str] = "validation"
+    noun: ClassVar[str] = "validation job"
+    table = VALIDATION_JOBS
+    report = wire.ValidationReport
+    finished: ClassVar[frozenset[str]] = frozenset(s.value for s in JOB_FINISHED)
+    hint: ClassVar[QueuedHint | None] = QUEUED_HINT
 
-    def __init__(self, period_s: float = 1.0) -> None:
-        self._empty = EmptyQueues(period_s)
-        self.count = 0  # jobs this process has queued
+    def lease_columns(self) -> Sequence[ColumnElement[Any]]:
+        c = VALIDATION_JOBS.c
+        return (c.id, c.validation_id, c.spec, c.attempt)
 
-    def skip(self, queue: QueueKey) -> bool:
-        return self._empty.known_empty(queue, self.count)
+    def leased(self, session: Session, row: Row[Any]) -> wire.ValidationSpec:
+        session.execute(update(Validation).where(Validation.id == row.validation_id,
+                                                 Validation.state == ValidationState.QUEUED.value)
+                        .values(state=ValidationState.RUNNING.value))
+        return wire.ValidationSpec.model_validate({**row.spec, "job_id": row.id, "attempt": row.attempt})
 
-    def found_none(self, queue: QueueKey, count_before: int) -> None:
-        """None for `queue` in a look that began when `count_before` jobs had been queued."""
-        self._empty.found_empty(queue, count_before)
+    def outcome(self, session: Session, lease: Held, report: wire.ValidationReport) -> Outcome:
+        spec = session.execute(select(ValidationJob.spec).where(ValidationJob.lease_token == lease.token)).scalar()
+        if spec is not None:
+            _check_report(spec, report)
+        state = JobState.COMPLETED if report.status == "completed" else JobState.FAILED
+        return Outcome(state.value, {"report": storable(report.model_dump(mode="json")),
+                                     "message": storable_text(report.message[:10_000])})
 
-    def queued(self) -> None:
-        self.count += 1
+    def ack_columns(self) -> Sequence[ColumnElement[Any]]:
+        return (VALIDATION_JOBS.c.id, VALIDATION_JOBS.c.validation_id)
 
+    def recorded(self, session: Session, row: Row[Any], state: str) -> wire.ValidationAck:
+        """(The last job's report judges the validation, in the same transaction.)"""
+        finish_if_done(session, row.validation_id)
+        return self.ack(row, state, duplicate=False)
 
-QUEUED_HINT = QueuedJobsHint()
+    def ack(self, row: Row[Any], state: str, *, duplicate: bool) -> wire.ValidationAck:
+        return wire.ValidationAck(validation_id=row.validation_id, job_id=row.id, state=state, duplicate=duplicate)
 
+    def expiry_columns(self) -> Sequence[ColumnElement[Any]]:
+        return (VALIDATION_JOBS.c.validation_id,)
 
-def acquire(session: Session, worker: WorkerInfo, settings: Settings) -> wire.Lease | None:
-    """Lease the oldest queued validation job of the worker's pool that it can run."""
-    queue = QueueKey.of(worker)
-    if QUEUED_HINT.skip(queue):
-        return None
-    count_before = QUEUED_HINT.count
-    stmt = (select(ValidationJob)
-            .where(ValidationJob.pool == worker.pool, ValidationJob.state == JobState.QUEUED.value,
-                   ValidationJob.backend.in_(worker.backends))
-            .order_by(ValidationJob.id).limit(1))
-    if not worker.energy:
-        stmt = stmt.where(ValidationJob.requires_energy.is_(False))
-    if not worker.gpu:
-        stmt = stmt.where(ValidationJob.requires_gpu.is_(False))
-    if is_postgres(session):
-        stmt = stmt.with_for_update(skip_locked=True)
-    job = session.execute(stmt).scalar_one_or_none()
-    if job is None:
-        QUEUED_HINT.found_none(queue, count_before)
-        return None
-    check_job(job.state, JobState.RUNNING)
-    now = utcnow()
-    job.state, job.attempt, job.worker_id, job.phase = JobState.RUNNING.value, job.attempt + 1, worker.id, "leased"
-    job.lease_token, job.lease_expires_at = secrets.token_urlsafe(32), now + timedelta(seconds=settings.lease_s)
-    session.execute(update(Validation).where(Validation.id == job.validation_id,
-                                             Validation.state == ValidationState.QUEUED.value)
-                    .values(state=ValidationState.RUNNING.value))
-    session.flush()
-    spec = wire.ValidationSpec.model_validate({**job.spec, "job_id": job.id, "attempt": job.attempt})
-    return wire.Lease(token=job.lease_token, expires_at=as_utc(job.lease_expires_at), lease_s=settings.lease_s,
-                      heartbeat_s=settings.heartbeat_s, validation=spec)
+    def expire_to(self, session: Session, rows: Sequence[Row[Any]]) -> list[Outcome]:
+        return [Outcome(JobState.QUEUED.value, {"message": None}) if row.attempt < row.max_attempts else
+                Outcome(JobState.FAILED.value,
+                        {"message": f"lease expired {row.attempt} times; no worker finished this validation job"})
+                for row in rows]
+
+    def expired(self, session: Session, rows: Sequence[Row[Any]], outcomes: Sequence[Outcome]) -> None:
+        for row, outcome in zip(rows, outcomes, strict=True):
+            if outcome.state == JobState.QUEUED:
+                after_commit(session, QUEUED_HINT.queued)
+            else:
+                finish_if_done(session, row.validation_id)
 
 
-def held_job(session: Session, token: str, token_id: int, workers: WorkerDirectory) -> ValidationJob | None:
-    """The validation job of a lease token (locked on Postgres); None when the token is no
-    validation lease; a 409 when it is held under another worker token."""
-    stmt = select(ValidationJob).where(ValidationJob.lease_token == token)
-    if is_postgres(session):
-        stmt = stmt.with_for_update()
-    job = session.execute(stmt).scalar_one_or_none()
-    if job is None:
-        return None
-    worker = workers.get(session, job.worker_id) if job.worker_id else None
-    if worker is None or worker.token_id != token_id:
-        raise Conflict("unknown lease: it expired and was handed to another worker, or never existed",
-                       field="token")
-    return job
-
-
-def _live(job: ValidationJob) -> bool:
-    expires = job.lease_expires_at and as_utc(job.lease_expires_at)
-    return job.state == JobState.RUNNING and expires is not None and expires >= utcnow()
-
-
-def heartbeat(job: ValidationJob, phase: str | None, settings: Settings) -> wire.HeartbeatResponse:
-    if not _live(job):
-        raise Conflict("the lease has expired; drop this validation job", field="token")
-    job.lease_expires_at = utcnow() + timedelta(seconds=settings.lease_s)
-    if phase:
-        job.phase = storable_text(phase[:32])
-    return wire.HeartbeatResponse(expires_at=job.lease_expires_at, cancel=False)
-
-
-def record_report(session: Session, job: ValidationJob, report: wire.ValidationReport) -> wire.ValidationAck:
-    """Store a job's report (idempotent per lease token) and judge the validation once its
-    last job has reported."""
-    if JobState(job.state) in JOB_FINISHED:
-        return wire.ValidationAck(validation_id=job.validation_id, job_id=job.id, state=job.state, duplicate=True)
-    if not _live(job):
-        raise Conflict("the lease has expired; the validation job was handed back to the queue", field="token")
-    _check_report(job, report)
-    new = JobState.COMPLETED if report.status == "completed" else JobState.FAILED
-    transition_job(session, job, new, phase=None, report=storable(report.model_dump(mode="json")),
-                   message=storable_text(report.message[:10_000]))
-    session.flush()
-    finish_if_done(session, job.validation_id)
-    return wire.ValidationAck(validation_id=job.validation_id, job_id=job.id, state=new.value)
-
-
-def _check_report(job: ValidationJob, report: wire.ValidationReport) -> None:
-    expected = sorted(c["candidate_id"] for c in job.spec["candidates"])
+def _check_report(spec: dict[str, Any], report: wire.ValidationReport) -> None:
+    expected = sorted(c["candidate_id"] for c in spec["candidates"])
     got = sorted(c.candidate_id for c in report.candidates if c.candidate_id is not None)
     if report.status == "completed" and got != expected:
         raise Invalid(f"the report must carry an outcome for each candidate of the job {expected}, got {got}",
@@ -245,35 +195,11 @@ def _check_report(job: ValidationJob, report: wire.ValidationReport) -> None:
         for outcome in [report.baseline, *report.candidates]:
             if outcome.status != "ok":
                 continue
-            for name in job.spec["objectives"]:
+            for name in spec["objectives"]:
                 if len(outcome.values.get(name, [])) != report.rounds:
                     who = "baseline" if outcome.candidate_id is None else f"candidate {outcome.candidate_id}"
                     raise Invalid(f"{who}: {name} needs one value per round ({report.rounds})",
                                   field=f"values.{name}")
-
-
-def expire(session: Session, limit: int = 100) -> set[str]:
-    """Expired validation leases back to the queue (or failed after their last attempt);
-    returns the pools that got jobs back."""
-    stmt = (select(ValidationJob)
-            .where(ValidationJob.state == JobState.RUNNING.value, ValidationJob.lease_expires_at < utcnow())
-            .order_by(ValidationJob.id).limit(limit))
-    if is_postgres(session):
-        stmt = stmt.with_for_update(skip_locked=True)
-    pools: set[str] = set()
-    for job in session.execute(stmt).scalars().all():
-        job.lease_token, job.lease_expires_at, job.worker_id, job.phase = None, None, None, None
-        if job.attempt < job.max_attempts:
-            job.state = check_job(job.state, JobState.QUEUED).value
-            pools.add(job.pool)
-            after_commit(session, QUEUED_HINT.queued)
-        else:
-            job.state = check_job(job.state, JobState.FAILED).value
-            job.finished_at = utcnow()
-            job.message = f"lease expired {job.attempt} times; no worker finished this validation job"
-            session.flush()
-            finish_if_done(session, job.validation_id)
-    return pools
 
 
 # -- judging ---------------------------------------------------------------------------------

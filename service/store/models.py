@@ -23,7 +23,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 # JSONB on Postgres (indexable, compact), plain JSON text on SQLite.
 Json = JSON().with_variant(JSONB(), "postgresql")
@@ -86,6 +86,8 @@ class Worker(Base):
     fingerprint: Mapped[dict[str, Any]] = mapped_column(default=dict)
     backends: Mapped[list[Any]] = mapped_column(default=list)
     energy: Mapped[bool] = mapped_column(Boolean, default=False)
+    # the kinds of leased work it runs (service.trials.leases); None: those of contract 3 and older
+    kinds: Mapped[list[Any] | None] = mapped_column(Json, nullable=True)
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -125,12 +127,39 @@ class Study(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
-class Trial(Base):
+class LeaseColumns:
+    """The columns of leased work, one row a unit (service.trials.leases): what may run it
+    (pool, backend, energy counter, GPU) and its lease (token, expiry, worker, attempts,
+    phase). Each table of a work kind mixes them in and adds `queue_indexes`."""
+
+    pool: Mapped[str] = mapped_column(String(100))
+    backend: Mapped[str] = mapped_column(String(32))
+    requires_energy: Mapped[bool] = mapped_column(Boolean, default=False)
+    # a GPU backend's work that runs (not compile-only): workers without a GPU never lease it
+    requires_gpu: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    lease_token: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    phase: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+    @declared_attr
+    def worker_id(cls) -> Mapped[int | None]:
+        return mapped_column(ForeignKey("workers.id"), nullable=True)
+
+
+def queue_indexes(table: str) -> tuple[Index, Index]:
+    """The indexes of a work kind's table: its queue (a pool's oldest queued unit) and its
+    expiry (running units by lease expiry)."""
+    return (Index(f"ix_{table}_queue", "pool", "state", "id"),
+            Index(f"ix_{table}_expiry", "state", "lease_expires_at"))
+
+
+class Trial(LeaseColumns, Base):
     __tablename__ = "trials"
     __table_args__ = (
         UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
-        Index("ix_trials_queue", "pool", "state", "id"),
-        Index("ix_trials_expiry", "state", "lease_expires_at"),
+        *queue_indexes("trials"),
         Index("ix_trials_study_seq", "study_id", "seq"),
         Index("ix_trials_study_front", "study_id", "on_front"),
         Index("ix_trials_study_state_number", "study_id", "state", "number"),
@@ -144,20 +173,9 @@ class Trial(Base):
     # studies with a screen: the stage the trial is in or finished in (screen | full); else None
     stage: Mapped[str | None] = mapped_column(String(8), nullable=True)
     seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), default=0)
-    pool: Mapped[str] = mapped_column(String(100))
-    backend: Mapped[str] = mapped_column(String(32))
-    requires_energy: Mapped[bool] = mapped_column(Boolean, default=False)
-    # a GPU backend's trial that runs (not compile-only): workers without a GPU never lease it
-    requires_gpu: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     is_baseline: Mapped[bool] = mapped_column(Boolean, default=False)
     config: Mapped[dict[str, Any]] = mapped_column()
     sampler_state: Mapped[dict[str, Any]] = mapped_column(default=dict)  # optuna system attrs
-    attempt: Mapped[int] = mapped_column(Integer, default=0)
-    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
-    lease_token: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
-    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    phase: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id"), nullable=True)
     values: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # objective -> raw
     relative: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # value / baseline
     metrics: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # full Metric dicts
@@ -253,32 +271,25 @@ class Validation(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
-class ValidationJob(Base):
+class ValidationJob(LeaseColumns, Base):
     """One block of a validation's rounds: leased through the same queue as trials."""
 
     __tablename__ = "validation_jobs"
-    __table_args__ = (Index("ix_validation_jobs_queue", "pool", "state", "id"),)
+    __table_args__ = queue_indexes("validation_jobs")
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     validation_id: Mapped[int] = mapped_column(ForeignKey("validations.id", ondelete="CASCADE"), index=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
-    pool: Mapped[str] = mapped_column(String(100))
-    backend: Mapped[str] = mapped_column(String(32))
-    requires_energy: Mapped[bool] = mapped_column(Boolean, default=False)
-    requires_gpu: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     state: Mapped[str] = mapped_column(String(16))  # queued | running | completed | failed
     spec: Mapped[dict[str, Any]] = mapped_column()  # the wire ValidationSpec, less attempt
     rounds: Mapped[int] = mapped_column(Integer)
-    attempt: Mapped[int] = mapped_column(Integer, default=0)
-    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
-    lease_token: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
-    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    phase: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id"), nullable=True)
     report: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # raw samples included
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+VALIDATION_JOBS = cast(Table, ValidationJob.__table__)
 
 
 class Artifact(Base):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.domain.machines import IllegalTransition
@@ -76,6 +77,14 @@ def past_wall_time(study: Study) -> bool:
     if study.wall_time_s is None:
         return False
     return (utcnow() - as_utc(study.created_at)).total_seconds() > study.wall_time_s
+
+
+def wall_time_over(session: Session) -> list[int]:
+    """Running or paused studies past their wall-time limit (their steps settle them)."""
+    candidates = session.execute(
+        select(Study).where(Study.state.in_((StudyState.RUNNING, StudyState.PAUSED)), Study.wall_time_s.is_not(None))
+    ).scalars().all()
+    return [s.id for s in candidates if past_wall_time(s)]
 
 
 def cancel_waiting(session: Session, study: Study) -> int:

@@ -1,4 +1,5 @@
-"""Which worker agents this control plane serves: the wire contract version check.
+"""Which worker agents this control plane serves: the wire contract version check, and what
+changed between versions.
 
 Every worker request carries `X-Paretune-Contract: N` (wire/contract.py CONTRACT_VERSION of
 the worker's release). The service serves versions OLDEST_WORKER_CONTRACT..CONTRACT_VERSION,
@@ -9,15 +10,17 @@ the header is taken as version 1, the contract of releases before the header exi
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Header
+from fastapi import Depends, Header
+from pydantic import BaseModel
 
 from service.errors import ApiError
 from wire.contract import CONTRACT_HEADER, CONTRACT_VERSION
 
 OLDEST_WORKER_CONTRACT = 1  # raise only once no worker of an older contract may still run
 UNVERSIONED_CONTRACT = 1
+KIND_AND_WORK = 4  # the first contract whose leases name their kind and carry its `work`
 
 
 class IncompatibleWorker(ApiError):
@@ -27,7 +30,8 @@ class IncompatibleWorker(ApiError):
 
 async def check_worker_contract(
     version: Annotated[str | None, Header(alias=CONTRACT_HEADER)] = None,
-) -> None:
+) -> int:
+    """The request's contract version, if this service serves it."""
     served = f"versions {OLDEST_WORKER_CONTRACT} to {CONTRACT_VERSION}"
     try:
         worker = UNVERSIONED_CONTRACT if version is None else int(version)
@@ -44,3 +48,14 @@ async def check_worker_contract(
             f"this worker speaks wire contract {worker}; this control plane serves {served}: "
             "upgrade the worker (pip install -U paretune, or the new worker image)", field=CONTRACT_HEADER,
             worker_contract=worker, service_contract=CONTRACT_VERSION)
+    return worker
+
+
+Contract = Annotated[int, Depends(check_worker_contract)]
+
+
+def lease_fields(contract: int, kind: str, work: BaseModel) -> dict[str, Any]:
+    """The fields of a wire.Lease that carry `work`: its kind and the work for contract 4
+    and later; the field named after the kind (`trial`, `validation`) before, the only kinds
+    such workers run."""
+    return {"kind": kind, "work": work} if contract >= KIND_AND_WORK else {kind: work}

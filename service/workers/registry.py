@@ -1,5 +1,5 @@
 """Registered workers as the lease queue sees them. A worker's identity (its token, pool,
-backends, energy counter, fingerprint) never changes after registration, so each replica
+backends, energy counter, fingerprint, kinds of work) never changes after registration, so each replica
 keeps what it has read; only `last_seen_at` is written, at most every LAST_SEEN_EVERY_S."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from service.store.models import Worker, utcnow
+from wire.contract import DEFAULT_KINDS
 
 LAST_SEEN_EVERY_S = 10.0
 
@@ -25,10 +26,12 @@ class WorkerInfo:
     backends: tuple[str, ...]
     energy: bool
     fingerprint: dict[str, Any] = field(hash=False, compare=False)
+    kinds: tuple[str, ...] = DEFAULT_KINDS  # of leased work it runs
 
     @classmethod
     def of(cls, row: Worker) -> WorkerInfo:
-        return cls(row.id, row.token_id, row.pool, tuple(row.backends or ()), row.energy, dict(row.fingerprint or {}))
+        return cls(row.id, row.token_id, row.pool, tuple(row.backends or ()), row.energy, dict(row.fingerprint or {}),
+                   tuple(row.kinds or DEFAULT_KINDS))
 
     @property
     def gpu(self) -> bool:
@@ -38,6 +41,8 @@ class WorkerInfo:
 
 
 class WorkerDirectory:
+    """This replica's copy of registered workers, the least recently used dropped first."""
+
     def __init__(self, capacity: int = 20_000) -> None:
         self._workers: LRUCache[int, WorkerInfo] = LRUCache(maxsize=capacity)
         self._seen: TTLCache[int, bool] = TTLCache(maxsize=capacity, ttl=LAST_SEEN_EVERY_S)  # recorded lately

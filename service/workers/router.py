@@ -1,4 +1,5 @@
-"""The worker protocol: register, long-poll lease, heartbeat, result; and the worker list."""
+"""The worker protocol: register, long-poll lease, heartbeat, result (every kind of work
+through the one lease queue, service.trials.leases); and the worker list."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -13,14 +16,13 @@ from service.accounts.tokens import Principal
 from service.api.deps import MAX_ID, AppState, PrincipalDep, ReadSession, StateDep, WriteSession
 from service.api.schemas import ERROR_RESPONSES, WorkerOut
 from service.artifacts import audit, catalog, validations, versions
-from service.errors import Conflict, Forbidden, Invalid, NotFound
+from service.errors import Forbidden, Invalid, NotFound
 from service.store.db import after_commit
 from service.store.models import Study, Trial, Worker
 from service.store.storable import storable
-from service.trials import leases
 from service.trials.leases import QueueKey
 from service.workers import pools
-from service.workers.compat import check_worker_contract
+from service.workers.compat import Contract, check_worker_contract
 from service.workers.registry import WorkerInfo
 from wire import contract as wire
 
@@ -47,12 +49,17 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
     for field in ("name", "pool"):
         if "\x00" in getattr(body, field):
             raise Invalid("text must not contain NUL characters", field=field)
+    unknown = state.queue.unknown_kinds(body.kinds)
+    if unknown:
+        raise Invalid(f"this service leases no work of kind {', '.join(map(repr, unknown))}; it leases "
+                      f"{', '.join(state.queue.kinds)}", field="kinds")
     fingerprint = body.fingerprint
     pools.require_isolation(session, body.pool, fingerprint.isolation)
     pools.require_toolchain(session, body.pool, (fingerprint.model_extra or {}).get("toolchain"))
     worker = Worker(name=body.name, pool=body.pool, token_id=principal.token_id,
                     fingerprint=storable(fingerprint.model_dump(mode="json")),
-                    backends=storable(list(fingerprint.backends)), energy=fingerprint.energy)
+                    backends=storable(list(fingerprint.backends)), energy=fingerprint.energy,
+                    kinds=list(body.kinds))
     session.add(worker)
     session.flush()
     state.workers.remember(worker)
@@ -66,10 +73,12 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
                                  lease_s=state.settings.lease_s)
 
 
-@router.post("/leases", response_model=wire.Lease, responses={204: {"description": "nothing queued in time"}})
-async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDep, request: Request) -> object:
-    """Long-poll: returns a lease as soon as a trial of the worker's pool is queued, or
-    204 after `wait_s`. A worker that went away meanwhile (it stopped) is leased nothing."""
+@router.post("/leases", response_model=None,
+             responses={200: {"model": wire.Lease}, 204: {"description": "nothing queued in time"}})
+async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDep, request: Request,
+                contract: Contract) -> Response:
+    """Long-poll: returns a lease as soon as work of the worker's pool and kinds is queued,
+    or 204 after `wait_s`. A worker that went away meanwhile (it stopped) is leased nothing."""
     principal.require_worker()
     deadline = time.monotonic() + body.wait_s
     notifier = state.notifier
@@ -80,10 +89,10 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
             if queue is not None and await request.is_disconnected():
                 return Response(status_code=204)
             started = time.perf_counter()
-            reply, worker = await state.db.run(lease_once, state, principal, body.worker_id)
+            reply, worker = await state.db.run(lease_once, state, principal, body.worker_id, contract)
             state.metrics.lease_seconds.observe(time.perf_counter() - started)
             if reply is not None:
-                return reply
+                return _json(reply)
             queue = QueueKey.of(worker)
             state.empty_queues.found_empty(queue, unanswered)
         remaining = deadline - time.monotonic()
@@ -92,69 +101,87 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
         await notifier.wait(f"pool:{queue.pool}", min(remaining, state.empty_queues.period_s))
 
 
-def lease_once(state: AppState, principal: Principal, worker_id: int) -> tuple[wire.Lease | None, WorkerInfo]:
+def lease_once(state: AppState, principal: Principal, worker_id: int,
+               contract: int) -> tuple[wire.Lease | None, WorkerInfo]:
     """One attempt of a long-poll, in its own transaction (a long-poll spans several)."""
     with state.db.write() as session:
         worker = owned_worker(session, state, principal, worker_id)
-        return next_work(session, state, worker), worker
+        return next_work(session, state, worker, contract), worker
 
 
-def next_work(session: Session, state: AppState, worker: WorkerInfo) -> wire.Lease | None:
-    """Lease the worker's next work if any is queued: a validation job first (a person waits
-    for it), else a trial."""
+def next_work(session: Session, state: AppState, worker: WorkerInfo, contract: int) -> wire.Lease | None:
+    """Lease the worker's next work, if any is queued for it."""
     pools.require_isolation(session, worker.pool, worker.fingerprint.get("isolation"), cached=True)
     state.workers.seen(session, worker.id)
-    job = validations.acquire(session, worker, state.settings)
-    if job is not None:
-        return job
-    trial = leases.acquire(session, worker, state.settings)
-    if trial is None:
-        return None
-    spec = state.specs.get(session, trial.study_id)
-    acfs = state.controls_files.for_config(session, spec.kernel.controls, trial.config) if spec.kernel.controls \
-        else None
-    return leases.lease_reply(trial, spec, state.settings, acfs)
+    return state.queue.lease(session, worker, contract)
 
 
-@router.post("/leases/{token}/heartbeat", response_model=wire.HeartbeatResponse)
-def heartbeat(token: LeaseToken, body: wire.HeartbeatRequest, state: StateDep, principal: PrincipalDep,
-              session: WriteSession) -> wire.HeartbeatResponse:
+@router.post("/leases/{token}/heartbeat", response_model=None, responses={200: {"model": wire.HeartbeatResponse}})
+async def heartbeat(token: LeaseToken, body: wire.HeartbeatRequest, state: StateDep,
+                    principal: PrincipalDep) -> Response:
+    """Extend a held lease (every kind of work); `cancel` says to stop the work and report nothing."""
     principal.require_worker()
-    job = validations.held_job(session, token, principal.token_id, state.workers)
-    if job is not None:
-        return validations.heartbeat(job, body.phase, state.settings)
-    trial, _ = leases.held_trial(session, token, principal.token_id, state.workers)
-    return leases.heartbeat(session, trial, body.phase, state.settings)
+    return _json(await state.db.run(heartbeat_once, state, principal, token, body.phase))
 
 
-@router.post("/leases/{token}/validation", response_model=wire.ValidationAck)
-def validation_report(token: LeaseToken, body: wire.ValidationReport, principal: PrincipalDep,
-                      session: WriteSession, state: StateDep) -> wire.ValidationAck:
-    """A validation job's report (every round's values, correctness per shape); posting it
-    twice counts once. The last job's report settles its candidates."""
-    principal.require_worker()
-    job = validations.held_job(session, token, principal.token_id, state.workers)
-    if job is None:
-        raise Conflict("unknown validation lease: it expired and was handed to another worker, or never existed",
-                       field="token")
-    return validations.record_report(session, job, body)
+def heartbeat_once(state: AppState, principal: Principal, token: str, phase: str | None) -> wire.HeartbeatResponse:
+    with state.db.write() as session:
+        held = state.queue.held(session, token, principal.token_id)
+        return state.queue.heartbeat(session, held, phase)
 
 
-@router.post("/leases/{token}/result", response_model=wire.ResultAck)
-def result(token: LeaseToken, body: wire.TrialResult, state: StateDep, principal: PrincipalDep,
-           session: WriteSession) -> wire.ResultAck:
+REPORT_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "description": "the report of the lease's kind of work: a TrialResult for a trial, a "
+                                     "ValidationReport for a validation job (wire.WorkReport and its kinds)"}}}}}
+
+
+@router.post("/leases/{token}/result", response_model=None, openapi_extra=REPORT_BODY,
+             responses={200: {"model": wire.ResultAck | wire.ValidationAck}})
+async def result(token: LeaseToken, request: Request, state: StateDep, principal: PrincipalDep,
+                 contract: Contract) -> Response:
+    """A held lease's report, read as its kind's report (a 422 names what is wrong with it);
+    posting it twice counts once. With `next_lease` the acknowledgement carries the
+    worker's next lease, if one is queued."""
     started = time.perf_counter()
     principal.require_worker()
-    trial, worker = leases.held_trial(session, token, principal.token_id, state.workers)
-    ack = leases.record_result(session, trial, state.specs.get(session, trial.study_id), worker, body)
-    if not ack.duplicate:
-        study_id = trial.study_id
-        after_commit(session, lambda: state.scheduler.wake(study_id))
-        after_commit(session, lambda: state.notifier.notify(f"study:{study_id}"))
-    if body.next_lease:  # in the same transaction: one request per trial instead of two
-        ack.next_lease = next_work(session, state, worker)
+    ack = await state.db.run(report_once, state, principal, token, await request.body(), contract)
     state.metrics.result_seconds.observe(time.perf_counter() - started)
-    return ack
+    return _json(ack)
+
+
+@router.post("/leases/{token}/validation", response_model=None, deprecated=True,
+             responses={200: {"model": wire.ValidationAck}})
+async def validation_report(token: LeaseToken, body: wire.ValidationReport, state: StateDep,
+                            principal: PrincipalDep, contract: Contract) -> Response:
+    """A validation job's report, as workers of contract 3 and older post it (newer ones post
+    every report to /v1/leases/{token}/result)."""
+    principal.require_worker()
+    return _json(await state.db.run(report_once, state, principal, token, body, contract, "validation"))
+
+
+def report_once(state: AppState, principal: Principal, token: str, report: bytes | wire.WorkReport, contract: int,
+                kind: str | None = None) -> wire.WorkAck:
+    with state.db.write() as session:
+        held = state.queue.held(session, token, principal.token_id, kind)
+        if isinstance(report, bytes):
+            report = _parse(held.kind.report, report)
+        ack = state.queue.record(session, held, report)
+        if report.next_lease:  # in the same transaction: one request per trial instead of two
+            ack.next_lease = next_work(session, state, held.worker, contract)
+        return ack
+
+
+def _parse(model: type[wire.WorkReport], body: bytes) -> wire.WorkReport:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+
+
+def _json(reply: BaseModel) -> Response:
+    """(Serialised once, in Rust: the lease path's replies skip FastAPI's validation of what
+    the service itself built.)"""
+    return Response(reply.model_dump_json(), media_type="application/json")
 
 
 @router.get("/workers", response_model=list[WorkerOut], tags=["workers"])

@@ -14,7 +14,7 @@ from fake_worker import register
 from helpers import LiveService
 
 from service.workers.compat import OLDEST_WORKER_CONTRACT
-from wire.contract import CONTRACT_HEADER, CONTRACT_VERSION, Fingerprint, LeaseRequest, RegisterRequest
+from wire.contract import CONTRACT_HEADER, CONTRACT_VERSION, Fingerprint, Lease, LeaseRequest, RegisterRequest
 from workers.client import ControlPlaneClient
 
 
@@ -83,3 +83,35 @@ def test_the_service_serves_its_range_and_names_both_versions_otherwise(live_sql
             assert lease.status_code == 400 and lease.json()["error"]["code"] == "incompatible_worker"
         garbled = client.post("/v1/workers/register", json=body, headers={CONTRACT_HEADER: "one"})
         assert garbled.status_code == 400 and "whole number" in garbled.json()["error"]["message"]
+
+
+def test_a_lease_carries_its_work_in_the_fields_of_the_workers_contract(live_sqlite_service: LiveService) -> None:
+    """Contract 4 names the lease's kind and carries its `work`; a worker of contract 3 (or
+    older) gets the field it knows (`trial`), in long-polls and with acknowledgements alike."""
+    study = {"name": "contract", "kernel": {"backend": "python", "source": "bench:fleet"},
+             "space": [{"name": "x", "type": "float", "low": 0, "high": 1, "default": 0.5}], "objectives": ["f1"],
+             "budget": {"max_trials": 10}, "parallelism": 4}
+    with live_sqlite_service.client() as admin:
+        assert admin.post("/v1/studies", json=study).status_code == 201
+    token = live_sqlite_service.make_worker_token()
+    with httpx.Client(base_url=live_sqlite_service.url, headers={"Authorization": f"Bearer {token}"},
+                      timeout=30) as client:
+        worker_id = register(client)
+
+        def lease(version: int) -> dict[str, object]:
+            r = client.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 10},
+                            headers={CONTRACT_HEADER: str(version)})
+            assert r.status_code == 200, r.text
+            return r.json()  # type: ignore[no-any-return]
+
+        old, new = lease(3), lease(CONTRACT_VERSION)
+        assert "trial" in old and "kind" not in old and "work" not in old
+        assert new["kind"] == "trial" and "trial" not in new
+        assert Lease.model_validate(old).trial is not None and Lease.model_validate(new).work == new["work"]
+        result = {"status": "completed", "metrics": {"f1": {"value": 0.5}}, "next_lease": True}
+        for held, version, field in ((old, 3, "trial"), (new, CONTRACT_VERSION, "work")):
+            ack = client.post(f"/v1/leases/{held['token']}/result", json=result,
+                              headers={CONTRACT_HEADER: str(version)})
+            assert ack.status_code == 200, ack.text
+            assert field in ack.json()["next_lease"]
+            assert ack.json()["trial_id"] == (held.get("trial") or held["work"])["trial_id"]  # type: ignore[index]

@@ -5,7 +5,6 @@ Operator objects against crd_schemas.py, and the wiring between the objects."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import shutil
 import subprocess
@@ -22,14 +21,14 @@ from helpers import REPO
 from service.config import Settings
 from service.scheduling.process import POOL_SIZE as SCHEDULER_POOL
 from service.store.db import MAX_OVERFLOW
-from workers.agent.core import AgentConfig
+from workers.agent.settings import AgentSettings
 
 KUSTOMIZE = REPO / "deploy" / "kubernetes"
 OVERLAYS = sorted(p.parent.name for p in (KUSTOMIZE / "overlays").glob("*/kustomization.yaml"))
 # The oldest release still in common use whose APIs we need (autoscaling/v2, policy/v1), and
 # the newest that kubernetes-validate knows.
 KUBERNETES_VERSIONS = ("1.28.0", kubernetes_validate.latest_version())
-DRAIN_S = next(f.default for f in dataclasses.fields(AgentConfig) if f.name == "drain_timeout_s")
+DRAIN_S = AgentSettings.model_fields["drain_timeout_s"].default
 
 
 def render(overlay: str) -> list[dict[str, Any]]:

@@ -331,9 +331,10 @@ def test_local_workers_get_their_token_through_stdin(tmp_path, starter, monkeypa
 
         process = _start_local_worker("http://127.0.0.1:9", token, 0)
     else:
-        from workers.agent.core import AgentConfig, start_agent_process
+        from workers.agent.launch import start_agent_process
+        from workers.agent.settings import AgentSettings
 
-        process = start_agent_process(AgentConfig(server="http://127.0.0.1:9", token=token,
+        process = start_agent_process(AgentSettings(server="http://127.0.0.1:9", token=token,
                                                    cache_dir=tmp_path / "cache", isolation="none"),
                                       tmp_path / "worker.log")
     try:

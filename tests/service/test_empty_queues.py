@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from service.artifacts.validations import QueuedJobsHint
 from service.notify import Notifier
-from service.trials.leases import EmptyQueues, QueueKey
+from service.trials.leases import EmptyQueues, QueuedHint, QueueKey
 
 GPU = QueueKey("h200", ("triton", "cuda"), True)
 CPU = QueueKey("h200", ("cpu",), False)
@@ -53,7 +52,7 @@ def test_a_pool_notification_is_unanswered_when_it_finds_fewer_waiters_than_tria
 
 
 def test_validation_jobs_are_looked_for_again_once_one_is_queued_or_the_period_ends() -> None:
-    hint = QueuedJobsHint(period_s=0.2)
+    hint = QueuedHint(period_s=0.2)
     assert not hint.skip(GPU)  # never looked
     hint.found_none(GPU, hint.count)
     assert hint.skip(GPU) and not hint.skip(CPU)  # per kind of worker

@@ -16,16 +16,17 @@ from helpers import wait_for
 from worker_plane import Plane, PlaneServer
 
 from wire.contract import FailureReason
-from workers.agent.core import AgentConfig, run_agent, start_agent_thread
+from workers.agent.launch import run_agent, start_agent_thread
+from workers.agent.settings import AgentSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _config(server: PlaneServer, tmp_path: Path, **kw) -> AgentConfig:
+def _config(server: PlaneServer, tmp_path: Path, **kw) -> AgentSettings:
     base = dict(
         server=server.url, token=server.plane.token, cache_dir=tmp_path / "cache", wait_s=0.2, name="test-worker"
     )
-    return AgentConfig(**{**base, **kw})
+    return AgentSettings(**{**base, **kw})
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["fresh", "warm"])

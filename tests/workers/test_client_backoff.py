@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from wire.contract import HeartbeatRequest, LeaseRequest, TrialResult
+from wire.contract import HeartbeatRequest, LeaseRequest, ResultAck, TrialResult
 from workers.client import ApiError, Backoff, ControlPlaneClient, GaveUp, LeaseGone
 
 
@@ -83,11 +83,12 @@ def _client(url: str, **kw) -> ControlPlaneClient:
 
 
 ACK = {"trial_id": 1, "state": "completed", "duplicate": False}
+DONE = TrialResult(status="completed")
 
 
 def test_5xx_is_retried_until_success(scripted):
     server = scripted({"/v1/leases/tok/result": [(503, None), (502, None), (200, ACK)]})
-    ack = _client(server.url).post_result("tok", TrialResult(status="completed"), deadline=time.monotonic() + 10)
+    ack = _client(server.url).post_report("tok", DONE, ResultAck, deadline=time.monotonic() + 10)
     assert ack.trial_id == 1
     assert len(server.calls) == 3
 
@@ -103,7 +104,7 @@ def test_result_retries_stop_at_the_lease_deadline(scripted):
     server = scripted({"/v1/leases/tok/result": [(500, None)]})
     started = time.monotonic()
     with pytest.raises(GaveUp, match="deadline"):
-        _client(server.url).post_result("tok", TrialResult(status="completed"), deadline=time.monotonic() + 0.5)
+        _client(server.url).post_report("tok", DONE, ResultAck, deadline=time.monotonic() + 0.5)
     assert time.monotonic() - started < 2
     assert len(server.calls) > 3
 
@@ -137,13 +138,13 @@ def test_stop_does_not_interrupt_posting_a_result_but_abort_does(scripted):
     stop = threading.Event()
     stop.set()
     client = _client(server.url, stop=stop)
-    assert client.post_result("tok", TrialResult(status="completed"), deadline=time.monotonic() + 10).trial_id == 1
+    assert client.post_report("tok", DONE, ResultAck, deadline=time.monotonic() + 10).trial_id == 1
     abort = threading.Event()
     abort.set()
     server.script["/v1/leases/tok/result"] = [(503, None)]
     with pytest.raises(GaveUp):
-        _client(server.url, abort=abort).post_result(
-            "tok", TrialResult(status="completed"), deadline=time.monotonic() + 10
+        _client(server.url, abort=abort).post_report(
+            "tok", DONE, ResultAck, deadline=time.monotonic() + 10
         )
 
 

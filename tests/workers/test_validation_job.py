@@ -18,7 +18,8 @@ from wire.contract import (
     ValidationSpec,
     WorkloadShape,
 )
-from workers.agent.core import AgentConfig, run_agent
+from workers.agent.launch import run_agent
+from workers.agent.settings import AgentSettings
 from workers.cache import ArtifactCache
 from workers.sandbox.context import Context
 from workers.sandbox.stages import execute_trial
@@ -189,7 +190,7 @@ def test_the_agent_leases_runs_and_reports_a_validation(tmp_path: Path, warm: bo
     plane.add(spec, trial)
     with PlaneServer(plane) as server:
         summary = run_agent(
-            AgentConfig(
+            AgentSettings(
                 server=server.url,
                 token=plane.token,
                 cache_dir=tmp_path / "cache",

@@ -168,13 +168,17 @@ def _validation(**changes) -> ValidationSpec:
     return ValidationSpec(**{**fields, **changes})
 
 
-def test_a_lease_holds_exactly_one_kind_of_work() -> None:
+def test_a_lease_holds_one_unit_of_work() -> None:
     common = dict(token="t", expires_at=datetime.now(UTC), lease_s=10, heartbeat_s=1)
-    assert Lease(**common, trial=_trial()).validation is None
-    lease = Lease(**common, validation=_validation())
-    assert Lease.model_validate_json(lease.model_dump_json()) == lease
-    for wrong in ({}, {"trial": _trial(), "validation": _validation()}):
-        with pytest.raises(ValidationError, match="exactly one"):
+    lease = Lease(**common, kind="validation", work=_validation())
+    read = Lease.model_validate_json(lease.model_dump_json())
+    assert read.kind == "validation" and ValidationSpec.model_validate(read.work) == _validation()
+    assert "validation" not in lease.model_dump() and "trial" not in lease.model_dump()
+    legacy = Lease(**common, trial=_trial())  # as a service sends it to a worker of contract 3
+    assert Lease.model_validate_json(legacy.model_dump_json()) == legacy and "kind" not in legacy.model_dump()
+    for wrong in ({}, {"trial": _trial(), "validation": _validation()}, {"kind": "trial"},
+                  {"kind": "trial", "work": _trial(), "trial": _trial()}):
+        with pytest.raises(ValidationError, match="one unit of work"):
             Lease(**common, **wrong)
 
 

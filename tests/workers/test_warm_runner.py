@@ -12,8 +12,9 @@ from conftest import PLANTED, cpu_source_kernel, make_spec, process_alive, pytho
 from worker_plane import Plane, PlaneServer
 
 from wire.contract import FailureReason
-from workers.agent.core import Agent, AgentConfig, run_agent
-from workers.cli import parse_cpus
+from workers.agent.launch import run_agent
+from workers.agent.loop import Agent
+from workers.agent.settings import AgentSettings, parse_cpus
 from workers.sandbox.context import Context
 from workers.sandbox.runner import RunnerPool
 from workers.sandbox.sandbox import Sandbox, default_sandbox
@@ -176,10 +177,10 @@ def test_cancel_kills_a_running_warm_trial(warm):
 
 
 def test_gpu_backends_are_warm_by_default_and_cpu_ones_are_not(tmp_path):
-    agent = Agent(AgentConfig(server="http://127.0.0.1:1", token="t", cache_dir=tmp_path / "cache"))
+    agent = Agent(AgentSettings(server="http://127.0.0.1:1", token="t", cache_dir=tmp_path / "cache"))
     assert agent._warm_for("triton") and agent._warm_for("cuda")
     assert not agent._warm_for("cpu") and not agent._warm_for("python")
-    forced = Agent(AgentConfig(server="http://127.0.0.1:1", token="t", cache_dir=tmp_path / "c2", warm_runner=False))
+    forced = Agent(AgentSettings(server="http://127.0.0.1:1", token="t", cache_dir=tmp_path / "c2", warm_runner=False))
     assert not forced._warm_for("triton")
 
 
@@ -194,7 +195,7 @@ def test_agent_with_warm_runners_serves_failures_and_stays_up(tmp_path):
     }
     plane = Plane(heartbeat_s=0.2, lease_s=5)
     plane.add(*specs.values())
-    config = AgentConfig(
+    config = AgentSettings(
         server="",
         token=plane.token,
         cache_dir=tmp_path / "cache",
@@ -225,7 +226,7 @@ def test_gpu_option_sets_the_sandboxes_visible_devices(tmp_path, warm_runner):
     plane = Plane()
     plane.add(spec)
     with PlaneServer(plane) as server:
-        config = AgentConfig(
+        config = AgentSettings(
             server=server.url,
             token=plane.token,
             cache_dir=tmp_path / "cache",
@@ -261,7 +262,8 @@ def test_a_runner_outlives_the_thread_that_asked_for_it(warm, pool):
 def test_cpu_lists_parse_like_taskset():
     assert parse_cpus("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
     assert parse_cpus("5") == [5]
-    assert parse_cpus(None) is None and parse_cpus(" ") is None
+    assert AgentSettings(measure_cpus=" ", compile_cpus="2-3").measure_cpus is None
+    assert AgentSettings(compile_cpus="2-3,1").compile_cpus == [2, 3, 1]
     for bad in ("a-b", "4-2"):
         with pytest.raises(Exception, match="CPU list|backwards"):
             parse_cpus(bad)

@@ -1,7 +1,7 @@
 """A minimal, real HTTP control plane for driving worker agents without the service.
 
-It implements the worker half of the protocol (register, lease long-poll, heartbeat,
-result, validation report) over an in-memory queue of trial specs and validation jobs, with
+It implements the worker half of the protocol (register, lease long-poll, heartbeat, the
+report of each kind of work) over an in-memory queue of trial specs and validation jobs, with
 lease expiry and re-queueing, and it records every call so tests and benchmarks can check
 what the agent did and when.
 """
@@ -80,13 +80,13 @@ class Plane:
                     token = secrets.token_hex(8)
                     self.leases[token] = Held(token, spec, time.monotonic() + self.lease_s, worker_id)
                     self.leased.append((time.monotonic(), work_id(spec), spec.attempt))
-                    work = {"validation": spec} if isinstance(spec, ValidationSpec) else {"trial": spec}
                     return Lease(
                         token=token,
                         expires_at=_utc(self.lease_s),
                         lease_s=self.lease_s,
                         heartbeat_s=self.heartbeat_s,
-                        **work,
+                        kind="validation" if isinstance(spec, ValidationSpec) else "trial",
+                        work=spec,
                     )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -107,7 +107,7 @@ class Plane:
             return 200, {"expires_at": _utc(self.lease_s).isoformat(), "cancel": cancel}
 
     def result(self, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        result = TrialResult.model_validate(body)
+        """A report of either kind, read as the kind of its lease (as the service does)."""
         with self.cond:
             if self.fail_result_posts > 0:
                 self.fail_result_posts -= 1
@@ -116,31 +116,26 @@ class Plane:
             held = self.leases.pop(token, None)
             if held is None:
                 return 409, _error("lease_expired", "the lease expired or is unknown")
-            trial_id = held.spec.trial_id
-            self.result_posts.append((time.monotonic(), trial_id, token))
-            duplicate = trial_id in self.results
-            self.results.setdefault(trial_id, result)
+            if isinstance(held.spec, ValidationSpec):
+                job, report = held.spec, ValidationReport.model_validate(body)
+                duplicate = job.job_id in self.validation_reports
+                self.validation_reports.setdefault(job.job_id, report)
+                ack: dict[str, Any] = {"validation_id": job.validation_id, "job_id": job.job_id}
+            else:
+                trial_id, result = held.spec.trial_id, TrialResult.model_validate(body)
+                self.result_posts.append((time.monotonic(), trial_id, token))
+                duplicate = trial_id in self.results
+                self.results.setdefault(trial_id, result)
+                ack = {"trial_id": trial_id}
+                report = result
             self.cond.notify_all()
-            ack: dict[str, Any] = {"trial_id": trial_id, "state": result.status, "duplicate": duplicate}
-        if self.hand_next and result.next_lease:  # as the service does: the next lease with the ack
+            ack.update(state=report.status, duplicate=duplicate)
+        if self.hand_next and report.next_lease:  # as the service does: the next lease with the ack
             following = self.lease(held.worker_id, 0)
             ack["next_lease"] = following.model_dump(mode="json") if following is not None else None
             if following is not None:
-                self.handed.append(work_id(following.trial or following.validation))  # type: ignore[arg-type]
+                self.handed.append(work_id(following.work))  # type: ignore[arg-type]
         return 200, ack
-
-    def validation(self, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        report = ValidationReport.model_validate(body)
-        with self.cond:
-            held = self.leases.pop(token, None)
-            if held is None or not isinstance(held.spec, ValidationSpec):
-                return 409, _error("lease_expired", "the lease expired or is unknown")
-            job = held.spec
-            duplicate = job.job_id in self.validation_reports
-            self.validation_reports.setdefault(job.job_id, report)
-            self.cond.notify_all()
-            ack = {"validation_id": job.validation_id, "job_id": job.job_id, "state": report.status}
-            return 200, {**ack, "duplicate": duplicate}
 
     def wait_for_results(self, count: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -202,8 +197,6 @@ def _handler(plane: Plane) -> type[BaseHTTPRequestHandler]:
                 return self._send(*plane.heartbeat(parts[2], body.get("phase")))
             if len(parts) == 4 and parts[:2] == ["v1", "leases"] and parts[3] == "result":
                 return self._send(*plane.result(parts[2], body))
-            if len(parts) == 4 and parts[:2] == ["v1", "leases"] and parts[3] == "validation":
-                return self._send(*plane.validation(parts[2], body))
             return self._send(404, _error("not_found", self.path))
 
     return Handler
