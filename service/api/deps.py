@@ -29,7 +29,8 @@ from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
 from service.store.models import utcnow
 from service.studies.specs import StudySpecs
-from service.trials.leases import EmptyQueues, LeaseQueue
+from service.trials.empty import EmptyQueues
+from service.trials.leases import LeaseQueue
 from service.trials.work import TrialWork
 from service.workers.registry import WorkerDirectory
 

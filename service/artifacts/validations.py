@@ -44,7 +44,8 @@ from service.store.effects import effects
 from service.store.models import VALIDATION_JOBS, Candidate, Study, Trial, Validation, ValidationJob, Worker, utcnow
 from service.store.storable import storable, storable_text
 from service.studies import document as sd
-from service.trials.leases import Held, Outcome, QueuedHint, WorkKind
+from service.trials.empty import QueuedHint
+from service.trials.kinds import Held, Outcome, WorkKind
 from wire import contract as wire
 
 DEFAULT_ROUNDS = 20

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import functools
 import secrets
-import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
-from typing import Any, ClassVar, Protocol
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import (
@@ -35,12 +33,9 @@ from sqlalchemy import (
     ColumnElement,
     Row,
     String,
-    Table,
     Update,
     bindparam,
-    false,
     func,
-    literal,
     null,
     select,
     text,
@@ -53,6 +48,8 @@ from service.errors import Conflict
 from service.store.db import is_postgres, next_seqs
 from service.store.models import JsonParam, as_utc, utcnow
 from service.store.storable import storable_text
+from service.trials.empty import QueueKey
+from service.trials.kinds import Held, WorkKind
 from service.workers import compat
 from service.workers.registry import WorkerDirectory, WorkerInfo
 from wire import contract as wire
@@ -66,159 +63,6 @@ class UnknownLease(Conflict):
     def __init__(self) -> None:
         super().__init__("unknown lease: it expired and was handed to another worker, or never existed",
                          field="token")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The state a unit moves to and the fields written with it."""
-
-    state: str
-    fields: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Held:
-    """A live lease as a report or a heartbeat names it: its kind, its worker (checked to run
-    under the caller's token) and the kind's route from the token."""
-
-    token: str
-    kind: WorkKind
-    worker: WorkerInfo
-    route: str
-
-
-class WorkKind(Protocol):
-    """A kind of leased work. Kinds subclass this for its defaults."""
-
-    name: ClassVar[str]  # on the wire (Lease.kind, RegisterRequest.kinds), first in its tokens
-    noun: ClassVar[str]  # what people call a unit: "trial", "validation job"
-    table: ClassVar[Table]  # its units: LeaseColumns, queue_indexes, `id`, `state`, `finished_at`
-    report: ClassVar[type[wire.WorkReport]]  # what its workers post to /v1/leases/{token}/result
-    finished: ClassVar[frozenset[str]]  # its states a report or an expiry ends in
-    sequenced: ClassVar[bool] = False  # its rows carry the change sequence (`seq`) event streams follow
-    hint: ClassVar[QueuedHint | None] = None  # rare work: see QueuedHint
-
-    def __hash__(self) -> int:  # a kind is itself: its statements are built once (functools.cache)
-        return id(self)
-
-    def route(self) -> ColumnElement[str]:
-        """SQL of the facts of a leased row that its reports need before they touch the
-        database (no '.'); they go in the lease token."""
-        return literal("", String)
-
-    def lease_values(self) -> dict[str, Any]:
-        """Columns a lease sets beyond the lease's own (SQL; the bound `v_now` is the time)."""
-        return {}
-
-    def lease_columns(self) -> Sequence[ColumnElement[Any]]:
-        """What a lease reads back of the row for `leased`."""
-        return (self.table.c.id,)
-
-    def leased(self, session: Session, row: Row[Any]) -> BaseModel:
-        """The work a lease of `row` hands its worker (and what else leasing it changes)."""
-        ...
-
-    def cancel(self) -> ColumnElement[bool]:
-        """SQL: whether a heartbeat tells the worker to stop (and report nothing)."""
-        return false()
-
-    def outcome(self, session: Session, lease: Held, report: Any) -> Outcome:
-        """What `report` (of the kind's report model) writes on its unit: raises Invalid when
-        it cannot be accepted."""
-        ...
-
-    def ack_columns(self) -> Sequence[ColumnElement[Any]]:
-        """What a report reads back of the row for `recorded` and `ack`."""
-        return (self.table.c.id,)
-
-    def recorded(self, session: Session, row: Row[Any], state: str) -> wire.WorkAck:
-        """The acknowledgement of a report just written (and what follows it, after the commit)."""
-        ...
-
-    def duplicate(self, row: Row[Any], state: str) -> wire.WorkAck | None:
-        """The acknowledgement of a report already recorded for this token, if the row in
-        `state` says so; None: the lease expired instead."""
-        return self.ack(row, state, duplicate=True) if state in self.finished else None
-
-    def ack(self, row: Row[Any], state: str, *, duplicate: bool) -> wire.WorkAck:
-        ...
-
-    def expiry_columns(self) -> Sequence[ColumnElement[Any]]:
-        """What expiry reads of the rows whose lease expired, for `expire_to` and `expired`."""
-        return ()
-
-    def expire_to(self, session: Session, rows: Sequence[Row[Any]]) -> list[Outcome]:
-        """Where each unit whose lease expired goes: FAILED after its last attempt (the fields
-        say why), else back to the queue. Every outcome names the same fields."""
-        ...
-
-    def expired(self, session: Session, rows: Sequence[Row[Any]], outcomes: Sequence[Outcome]) -> None:
-        """What follows an expiry round's writes (wake-ups after the commit)."""
-
-
-@dataclass(frozen=True)
-class QueueKey:
-    """What a worker can lease: its pool's units of its kinds and backends (with energy
-    measurement or without, on a GPU or compile-only)."""
-
-    pool: str
-    backends: tuple[str, ...]
-    energy: bool
-    gpu: bool = True
-    kinds: tuple[str, ...] = wire.DEFAULT_KINDS
-
-    @classmethod
-    def of(cls, worker: WorkerInfo) -> QueueKey:
-        return cls(worker.pool, worker.backends, worker.energy, worker.gpu, worker.kinds)
-
-
-class EmptyQueues:
-    """Queues this replica found empty for workers of one kind (QueueKey). A trial queued
-    later wakes as many waiting long-polls of its pool as trials were queued
-    (Notifier.notify_some); a long-poll whose timer runs out looks at the database again
-    only when that may have missed one: a pool notification found fewer waiters than it
-    announced trials (locally or through Redis) after the empty look, or that look is older
-    than `period_s` (other replicas without Redis). So hundreds of idle workers of a kind
-    cost one query per period, not one each, and the scheduling steps that refill the
-    queue are not crowded out."""
-
-    def __init__(self, period_s: float) -> None:
-        self.period_s = period_s
-        self._empty: dict[QueueKey, tuple[int, float]] = {}  # -> (unanswered wake-ups then, when)
-
-    def known_empty(self, queue: QueueKey, unanswered: int) -> bool:
-        seen = self._empty.get(queue)
-        return seen is not None and seen[0] == unanswered and time.monotonic() - seen[1] < self.period_s
-
-    def found_empty(self, queue: QueueKey, unanswered_before: int) -> None:
-        """Nothing for `queue` in a look that began when `unanswered_before` wake-ups had
-        gone unanswered."""
-        self._empty[queue] = (unanswered_before, time.monotonic())
-
-
-class QueuedHint:
-    """Kinds of worker for which this process recently found no queued unit of a rare kind
-    of work (validation jobs beside trials).
-
-    A lease skips looking for one for `period_s` after a look found none for its kind of
-    worker, unless one was queued since: by this process, at once (`queued` runs after the
-    commit that queued it and counts it, and a look is trusted only if nothing was counted
-    since it began); by another replica, within the period. The same bookkeeping as the
-    long-polls' `EmptyQueues`, with queued units in place of unanswered wake-ups."""
-
-    def __init__(self, period_s: float = 1.0) -> None:
-        self._empty = EmptyQueues(period_s)
-        self.count = 0  # units this process has queued
-
-    def skip(self, queue: QueueKey) -> bool:
-        return self._empty.known_empty(queue, self.count)
-
-    def found_none(self, queue: QueueKey, count_before: int) -> None:
-        """None for `queue` in a look that began when `count_before` units had been queued."""
-        self._empty.found_empty(queue, count_before)
-
-    def queued(self) -> None:
-        self.count += 1
 
 
 def token_route(token: str) -> tuple[str, int, str] | None:

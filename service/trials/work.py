@@ -24,7 +24,7 @@ from service.store.db import after_commit, lock_study
 from service.store.models import TRIALS, Study
 from service.store.storable import storable
 from service.studies.specs import Screen, StudySpecs
-from service.trials.leases import Held, Outcome, WorkKind
+from service.trials.kinds import Held, Outcome, WorkKind
 from wire import contract as wire
 
 STAGES = {"s": "screen", "f": "full"}  # a stage by the letter a lease token carries

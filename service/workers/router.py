@@ -20,7 +20,7 @@ from service.errors import Forbidden, Invalid, NotFound
 from service.store.db import after_commit
 from service.store.models import Study, Trial, Worker
 from service.store.storable import storable
-from service.trials.leases import QueueKey
+from service.trials.empty import QueueKey
 from service.workers import pools
 from service.workers.compat import Contract, check_worker_contract
 from service.workers.registry import WorkerInfo

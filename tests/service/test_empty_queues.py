@@ -9,7 +9,7 @@ import asyncio
 import time
 
 from service.notify import Notifier
-from service.trials.leases import EmptyQueues, QueuedHint, QueueKey
+from service.trials.empty import EmptyQueues, QueuedHint, QueueKey
 
 GPU = QueueKey("h200", ("triton", "cuda"), True)
 CPU = QueueKey("h200", ("cpu",), False)

@@ -30,7 +30,7 @@ from service.config import Settings
 from service.store.db import Database
 from service.store.migrate import upgrade
 from service.store.models import LeaseColumns, queue_indexes
-from service.trials.leases import Held, Outcome, WorkKind
+from service.trials.kinds import Held, Outcome, WorkKind
 from wire.contract import CONTRACT_HEADER, CONTRACT_VERSION, Fingerprint, Lease, WorkAck, WorkReport
 from workers.agent import jobs
 from workers.agent.launch import start_agent_thread
