@@ -84,8 +84,7 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
     notifier = state.notifier
     queue: QueueKey | None = None  # the worker's pool and what it can run, once looked up
     while True:
-        unanswered = notifier.unanswered_pool_wakeups
-        if queue is None or not state.empty_queues.known_empty(queue, unanswered):
+        if queue is None or not state.empty_queues.known_empty(queue, notifier.unanswered_pool_wakeups):
             if queue is not None and await request.is_disconnected():
                 return Response(status_code=204)
             started = time.perf_counter()
@@ -93,8 +92,7 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
             state.metrics.lease_seconds.observe(time.perf_counter() - started)
             if reply is not None:
                 return _json(reply)
-            queue = QueueKey.of(worker)
-            state.empty_queues.found_empty(queue, unanswered)
+            queue = QueueKey.of(worker)  # found empty (next_work)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Response(status_code=204)
@@ -110,10 +108,15 @@ def lease_once(state: AppState, principal: Principal, worker_id: int,
 
 
 def next_work(session: Session, state: AppState, worker: WorkerInfo, contract: int) -> wire.Lease | None:
-    """Lease the worker's next work, if any is queued for it."""
+    """Lease the worker's next work, if any is queued for it (what this replica learns of
+    its queue kept in state.empty_queues)."""
     pools.require_isolation(session, worker.pool, worker.fingerprint.get("isolation"), cached=True)
     state.workers.seen(session, worker.id)
-    return state.queue.lease(session, worker, contract)
+    queue, unanswered = QueueKey.of(worker), state.notifier.unanswered_pool_wakeups
+    lease = state.queue.lease(session, worker, contract)
+    if lease is None:
+        state.empty_queues.found_empty(queue, unanswered)
+    return lease
 
 
 @router.post("/leases/{token}/heartbeat", response_model=None, responses={200: {"model": wire.HeartbeatResponse}})
@@ -166,7 +169,10 @@ def report_once(state: AppState, principal: Principal, token: str, report: bytes
         if isinstance(report, bytes):
             report = _parse(held.kind.report, report)
         ack = state.queue.record(session, held, report)
-        if report.next_lease:  # in the same transaction: one request per trial instead of two
+        # in the same transaction: one request per unit of work instead of two; not looked for
+        # while this replica knows the worker's queue empty (its long-poll will look)
+        queue = QueueKey.of(held.worker)
+        if report.next_lease and not state.empty_queues.known_empty(queue, state.notifier.unanswered_pool_wakeups):
             ack.next_lease = next_work(session, state, held.worker, contract)
         return ack
 
