@@ -181,9 +181,11 @@ class LeaseQueue:
             return kind.recorded(session, row, outcome.state)
         c = kind.table.c
         found = session.execute(select(c.state, *kind.ack_columns()).where(c.lease_token == lease.token)).one_or_none()
-        ack = kind.duplicate(found, found.state) if found is not None else None
+        if found is None:  # an expired lease's unit went back to the queue
+            raise UnknownLease
+        ack = kind.duplicate(found, found.state)
         if ack is None:
-            raise Conflict(f"the lease has expired; the {kind.noun} was handed back to the queue", field="token")
+            raise Conflict(f"the lease has expired; the {kind.noun} goes back to the queue", field="token")
         return ack
 
     # -- expiry ------------------------------------------------------------------------------

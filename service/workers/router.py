@@ -169,10 +169,7 @@ def report_once(state: AppState, principal: Principal, token: str, report: bytes
         if isinstance(report, bytes):
             report = _parse(held.kind.report, report)
         ack = state.queue.record(session, held, report)
-        # in the same transaction: one request per unit of work instead of two; not looked for
-        # while this replica knows the worker's queue empty (its long-poll will look)
-        queue = QueueKey.of(held.worker)
-        if report.next_lease and not state.empty_queues.known_empty(queue, state.notifier.unanswered_pool_wakeups):
+        if report.next_lease:  # in the same transaction: one request per unit of work instead of two
             ack.next_lease = next_work(session, state, held.worker, contract)
         return ack
 

@@ -226,7 +226,7 @@ def test_a_kind_registered_on_both_sides_runs_through_the_one_queue(served: Serv
         row = served.audits()[2]
         assert (row.attempt, row.lease_token, row.worker_id) == (1, None, None)
         late = client.post(f"/v1/leases/{abandoned['token']}/result", json=report)
-        assert late.status_code == 409 and "handed back" in late.json()["error"]["message"]
+        assert late.status_code == 409 and "expired" in late.json()["error"]["message"]
 
     # A real agent, offered audits alone, runs the rest. Audit 2 (its second attempt) takes
     # longer than a lease lives: the agent's heartbeats, showing its phase, keep it alive.
