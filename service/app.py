@@ -88,18 +88,15 @@ async def _upkeep(state: AppState) -> None:
     while True:
         await asyncio.sleep(state.settings.reaper_interval_s)
         try:
-            over, pools = await state.db.run(_expire, state)
-            state.scheduler.wake(*over)
-            state.notifier.notify(*(f"pool:{pool}" for pool in pools))
+            state.scheduler.wake(*await state.db.run(_expire, state))
         except Exception:
             log.exception("upkeep failed; retrying")
 
 
-def _expire(state: AppState) -> tuple[list[int], set[str]]:
-    """Studies past their wall time, and the pools that got work back (studies whose
-    trials' leases expired are woken after the commit)."""
+def _expire(state: AppState) -> list[int]:
+    """Expire leases (what that wakes is sent when it commits); the studies past their wall time."""
     with state.db.write() as session:
-        pools = state.queue.expire(session)
+        state.queue.expire(session)
     with state.db.read() as session:
-        return wall_time_over(session), pools
+        return wall_time_over(session)
 

@@ -69,7 +69,7 @@ class AppState:
         # a validation
         self.queue = LeaseQueue(self.settings, self.workers)
         self.queue.register(ValidationWork())
-        self.queue.register(TrialWork(self.specs, self.controls_files, self.scheduler.wake, self.notifier.notify))
+        self.queue.register(TrialWork(self.specs, self.controls_files))
 
     def signing_key(self) -> SigningKey:
         """The artifact signing key, read (or made) on first use."""

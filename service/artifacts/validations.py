@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Row, func, select, update
+from sqlalchemy import ColumnElement, Row, func, select
 from sqlalchemy.orm import Session
 
 from service.artifacts import audit
@@ -135,7 +135,7 @@ class ValidationWork(WorkKind):
     noun: ClassVar[str] = "validation job"
     table = VALIDATION_JOBS
     report = wire.ValidationReport
-    finished: ClassVar[frozenset[str]] = frozenset(s.value for s in JOB_FINISHED)
+    machine = JOB
     hint: ClassVar[QueuedHint | None] = QUEUED_HINT
 
     def lease_columns(self) -> Sequence[ColumnElement[Any]]:
@@ -143,9 +143,9 @@ class ValidationWork(WorkKind):
         return (c.id, c.validation_id, c.spec, c.attempt)
 
     def leased(self, session: Session, row: Row[Any]) -> wire.ValidationSpec:
-        session.execute(update(Validation).where(Validation.id == row.validation_id,
-                                                 Validation.state == ValidationState.QUEUED.value)
-                        .values(state=ValidationState.RUNNING.value))
+        validation = session.get(Validation, row.validation_id)
+        if validation is not None and validation.state == ValidationState.QUEUED:  # its first job leased
+            transition_validation(session, validation, ValidationState.RUNNING)
         return wire.ValidationSpec.model_validate({**row.spec, "job_id": row.id, "attempt": row.attempt})
 
     def outcome(self, session: Session, lease: Held, report: wire.ValidationReport) -> Outcome:
@@ -178,7 +178,8 @@ class ValidationWork(WorkKind):
 
     def expired(self, session: Session, rows: Sequence[Row[Any]], outcomes: Sequence[Outcome]) -> None:
         for row, outcome in zip(rows, outcomes, strict=True):
-            if outcome.state == JobState.QUEUED:
+            if outcome.state == JobState.QUEUED:  # as transition_job registers it
+                effects(session).queued(row.pool, None)
                 after_commit(session, QUEUED_HINT.queued)
             else:
                 finish_if_done(session, row.validation_id)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from sqlalchemy import ColumnElement, Row, String, Table, false, literal
 from sqlalchemy.orm import Session
 
+from service.domain.machines import StateMachine
 from service.trials.empty import QueuedHint
 from service.workers.registry import WorkerInfo
 from wire import contract as wire
@@ -42,7 +43,9 @@ class WorkKind(Protocol):
     noun: ClassVar[str]  # what people call a unit: "trial", "validation job"
     table: ClassVar[Table]  # its units: LeaseColumns, queue_indexes, `id`, `state`, `finished_at`
     report: ClassVar[type[wire.WorkReport]]  # what its workers post to /v1/leases/{token}/result
-    finished: ClassVar[frozenset[str]]  # its states a report or an expiry ends in
+    # its states and moves: queued -> running (a lease), running -> a report's or an expiry's
+    # state; the final states stamp `finished_at`
+    machine: ClassVar[StateMachine[Any]]
     sequenced: ClassVar[bool] = False  # its rows carry the change sequence (`seq`) event streams follow
     hint: ClassVar[QueuedHint | None] = None  # rare work: see QueuedHint
 
@@ -86,7 +89,7 @@ class WorkKind(Protocol):
     def duplicate(self, row: Row[Any], state: str) -> wire.WorkAck | None:
         """The acknowledgement of a report already recorded for this token, if the row in
         `state` says so; None: the lease expired instead."""
-        return self.ack(row, state, duplicate=True) if state in self.finished else None
+        return self.ack(row, state, duplicate=True) if state in self.machine.final else None
 
     def ack(self, row: Row[Any], state: str, *, duplicate: bool) -> wire.WorkAck:
         ...
@@ -101,4 +104,5 @@ class WorkKind(Protocol):
         ...
 
     def expired(self, session: Session, rows: Sequence[Row[Any]], outcomes: Sequence[Outcome]) -> None:
-        """What follows an expiry round's writes (wake-ups after the commit)."""
+        """What follows an expiry round's writes (wake-ups registered with the transaction's
+        effects, service.store.effects)."""

@@ -4,7 +4,9 @@ next) is leased, heartbeated, reported and expired here, through one code path o
 
 A kind's units are the rows of a table of its own with the lease columns
 (store.models.LeaseColumns, queue_indexes); each waits `queued`, is `running` while leased
-and ends in a state of its kind. Every state this module writes is one statement:
+and ends in a state of its kind. Every state this module writes is one statement, its move
+checked against the kind's state machine, its wake-ups registered by the kind with the
+transaction's effects (service.store.effects):
 
 - A lease pops the oldest queued unit of the worker's pool that the worker can run: one
   UPDATE ... RETURNING (`FOR UPDATE SKIP LOCKED` on Postgres, so concurrent workers never
@@ -171,7 +173,7 @@ class LeaseQueue:
         kind = lease.kind
         outcome = kind.outcome(session, lease, report)
         fields = {"phase": None, **outcome.fields}
-        if outcome.state in kind.finished:
+        if outcome.state in kind.machine.final:
             fields["finished_at"] = utcnow()
         statement = _record_statement(kind, is_postgres(session), outcome.state, tuple(sorted(fields)))
         params = {"w_token": lease.token, "w_now": utcnow(), **_seq_params(session, kind, 1),
@@ -190,15 +192,13 @@ class LeaseQueue:
 
     # -- expiry ------------------------------------------------------------------------------
 
-    def expire(self, session: Session, limit: int = EXPIRE_BATCH) -> set[str]:
+    def expire(self, session: Session, limit: int = EXPIRE_BATCH) -> None:
         """Hand expired leases of every kind back to the queue, or fail their units once
-        their attempts are used up. Returns the pools that got work back."""
-        pools: set[str] = set()
+        their attempts are used up (the kinds register what that wakes)."""
         for kind in self.kinds.values():
-            pools |= self._expire(session, kind, limit)
-        return pools
+            self._expire(session, kind, limit)
 
-    def _expire(self, session: Session, kind: WorkKind, limit: int) -> set[str]:
+    def _expire(self, session: Session, kind: WorkKind, limit: int) -> None:
         c = kind.table.c
         stmt = (select(c.id, c.attempt, c.max_attempts, c.pool, *kind.expiry_columns())
                 .where(c.state == RUNNING, c.lease_expires_at < utcnow())
@@ -207,18 +207,19 @@ class LeaseQueue:
             stmt = stmt.with_for_update(skip_locked=True, of=kind.table)
         rows = session.execute(stmt).all()
         if not rows:
-            return set()
+            return
         outcomes = kind.expire_to(session, rows)
+        for outcome in outcomes:
+            kind.machine.check(RUNNING, outcome.state)
         names = tuple(sorted(outcomes[0].fields))
         now = utcnow()
         seqs = _seq_rows(session, kind, len(rows))
         session.execute(_expiry_statement(kind, is_postgres(session), names), [
             {"b_id": row.id, "b_attempt": row.attempt, "b_now": now, "b_state": outcome.state,
-             "b_finished_at": now if outcome.state in kind.finished else None,
+             "b_finished_at": now if outcome.state in kind.machine.final else None,
              **seq, **{f"b_{name}": outcome.fields[name] for name in names}}
             for row, outcome, seq in zip(rows, outcomes, seqs, strict=True)])
         kind.expired(session, rows, outcomes)
-        return {row.pool for row, outcome in zip(rows, outcomes, strict=True) if outcome.state == QUEUED}
 
 
 # -- statements: built once per kind and shape, then run with parameters ------------------------
@@ -263,6 +264,7 @@ def _lease_statement(kind: WorkKind, postgres: bool, energy: bool, gpu: bool) ->
         candidate = candidate.where(c.requires_gpu.is_(False))
     if postgres:
         candidate = candidate.with_for_update(skip_locked=True)
+    kind.machine.check(QUEUED, RUNNING)
     token = bindparam("v_prefix", type_=String) + kind.route() + bindparam("v_secret", type_=String)
     return (
         update(kind.table)
@@ -294,6 +296,7 @@ def _heartbeat_statement(kind: WorkKind) -> Update:
 def _record_statement(kind: WorkKind, postgres: bool, state: str, columns: tuple[str, ...]) -> Update:
     """The statement of a report that moves a unit to `state` and sets `columns` (each kind
     of report sets its own)."""
+    kind.machine.check(RUNNING, state)
     values = {name: _param(kind, f"v_{name}", name) for name in columns}
     return (update(kind.table).where(_live(kind))
             .values(state=state, **values, **_seq(kind, postgres, "v_seq"))

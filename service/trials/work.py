@@ -2,15 +2,14 @@
 what its result writes, where it goes when its lease expires.
 
 A result is one short write of its trial row and takes no study-wide lock: the study's
-scheduling step accounts for it later (woken after the commit). A trial's lease token
+scheduling step accounts for it later (woken after the commit: transitions.announce). A trial's lease token
 carries its study and stage, so the result is judged against the study's objectives (a
 per-process cache) before the database is touched.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from sqlalchemy import ColumnElement, Row, String, bindparam, cast, func, select
@@ -18,13 +17,14 @@ from sqlalchemy.orm import Session
 
 from service.controls.files import ControlsFiles
 from service.domain import results
-from service.domain.states import TRIAL_FINISHED, StudyState, TrialState, after_expired_lease
+from service.domain.states import TRIAL, StudyState, TrialState, after_expired_lease
 from service.scheduling import screening
-from service.store.db import after_commit, lock_study
+from service.store.db import lock_study
 from service.store.models import TRIALS, Study
 from service.store.storable import storable
 from service.studies.specs import Screen, StudySpecs
 from service.trials.kinds import Held, Outcome, WorkKind
+from service.trials.transitions import announce
 from wire import contract as wire
 
 STAGES = {"s": "screen", "f": "full"}  # a stage by the letter a lease token carries
@@ -35,15 +35,12 @@ class TrialWork(WorkKind):
     noun: ClassVar[str] = "trial"
     table = TRIALS
     report = wire.TrialResult
-    finished: ClassVar[frozenset[str]] = frozenset(s.value for s in TRIAL_FINISHED)
+    machine = TRIAL
     sequenced: ClassVar[bool] = True
 
-    def __init__(self, specs: StudySpecs, controls_files: ControlsFiles, wake: Callable[..., None],
-                 notify: Callable[..., None]) -> None:
+    def __init__(self, specs: StudySpecs, controls_files: ControlsFiles) -> None:
         self.specs = specs
         self.controls_files = controls_files
-        self.wake = wake  # a study's scheduling step has work
-        self.notify = notify  # a study's trials changed (its event streams)
 
     # -- lease -------------------------------------------------------------------------------
 
@@ -131,17 +128,16 @@ class TrialWork(WorkKind):
         return row.study_id, row.stage
 
     def ack_columns(self) -> Sequence[ColumnElement[Any]]:
-        return (TRIALS.c.id, TRIALS.c.study_id, TRIALS.c.stage)
+        return (TRIALS.c.id, TRIALS.c.study_id, TRIALS.c.stage, TRIALS.c.pool)
 
     def recorded(self, session: Session, row: Row[Any], state: str) -> wire.ResultAck:
-        after_commit(session, functools.partial(self.wake, row.study_id))
-        after_commit(session, functools.partial(self.notify, f"study:{row.study_id}"))
+        announce(session, row.study_id, row.pool, TrialState(state))  # its step accounts for it
         return self.ack(row, state, duplicate=False)
 
     def duplicate(self, row: Row[Any], state: str) -> wire.ResultAck | None:
         """The token's result is on the row when the trial finished or its screen reported (a
         promoted trial keeps its screen's token until its full stage is leased)."""
-        reported = state in self.finished or state == TrialState.SCREENED or (
+        reported = state in TRIAL.final or state == TrialState.SCREENED or (
             row.stage == "full" and state in (TrialState.QUEUED, TrialState.PAUSED))
         return self.ack(row, state, duplicate=True) if reported else None
 
@@ -174,7 +170,8 @@ class TrialWork(WorkKind):
         return outcomes
 
     def expired(self, session: Session, rows: Sequence[Row[Any]], outcomes: Sequence[Outcome]) -> None:
-        after_commit(session, functools.partial(self.wake, *sorted({row.study_id for row in rows})))
+        for row, outcome in zip(rows, outcomes, strict=True):
+            announce(session, row.study_id, row.pool, TrialState(outcome.state))
 
 
 def _screened(screen: Screen, worker_id: int, result: wire.TrialResult, fields: dict[str, Any]) -> TrialState:

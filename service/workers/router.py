@@ -17,7 +17,6 @@ from service.api.deps import MAX_ID, AppState, PrincipalDep, ReadSession, StateD
 from service.api.schemas import ERROR_RESPONSES, WorkerOut
 from service.artifacts import audit, catalog, validations, versions
 from service.errors import Forbidden, Invalid, NotFound
-from service.store.db import after_commit
 from service.store.models import Study, Trial, Worker
 from service.store.storable import storable
 from service.trials.empty import QueueKey
@@ -68,7 +67,6 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
         for artifact in stale:
             versions.revalidate(session, artifact, audit.Actor(audit.SERVICE_ACTOR, None),
                                 f"automatic: {artifact.stale_reason}", validations.DEFAULT_ROUNDS)
-        after_commit(session, lambda: state.notifier.notify(f"pool:{body.pool}"))
     return wire.RegisterResponse(worker_id=worker.id, heartbeat_s=state.settings.heartbeat_s,
                                  lease_s=state.settings.lease_s)
 

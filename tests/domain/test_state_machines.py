@@ -221,12 +221,14 @@ TRANSITIONS = {
 }
 # writes that are no entity's transition, each with its reason
 ALLOWED = {
-    ("service/artifacts/validations.py", "acquire"):
-        "the lease queue's own statements (a job leased, its validation running), checked by the job "
-        "machine; they move into the one lease queue over every kind of work",
-    ("service/artifacts/validations.py", "expire"):
-        "the lease queue's own expiry of validation job leases, checked by the job machine; it moves into "
-        "the one lease queue's expiry",
+    ("service/trials/leases.py", "_lease_statement"):
+        "the lease queue's one statement that leases a unit of any kind of work, its move checked by the "
+        "kind's machine; the kind registers what it wakes",
+    ("service/trials/leases.py", "_record_statement"):
+        "the lease queue's one statement that records a report of any kind of work, checked likewise",
+    ("service/trials/leases.py", "_expiry_statement"):
+        "the lease queue's one statement that hands back or fails units of any kind whose lease expired, "
+        "each move checked likewise",
     ("service/scheduling/engine.py", "EngineMirror.persist"):
         "the sampler checkpoint's `state` column holds CompileIQ's checkpoint bytes, not an entity's state",
 }

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +28,7 @@ from service.accounts import tokens as auth
 from service.api.deps import AppState
 from service.app import create_app
 from service.config import Settings
+from service.domain.machines import StateMachine
 from service.store.db import Database
 from service.store.migrate import upgrade
 from service.store.models import LeaseColumns, queue_indexes
@@ -83,12 +85,25 @@ class AuditJob(LeaseColumns, AuditBase):
 AUDITS: Table = AuditJob.__table__  # type: ignore[assignment]
 
 
+class AuditState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+AUDIT_MOVES = StateMachine("audit", AuditState, AuditState.QUEUED, {
+    AuditState.QUEUED: frozenset({AuditState.RUNNING}),
+    AuditState.RUNNING: frozenset({AuditState.COMPLETED, AuditState.FAILED, AuditState.QUEUED}),
+})
+
+
 class AuditWork(WorkKind):
     name: ClassVar[str] = "audit"
     noun: ClassVar[str] = "audit"
     table = AUDITS
     report = AuditReport
-    finished: ClassVar[frozenset[str]] = frozenset({"completed", "failed"})
+    machine = AUDIT_MOVES
 
     def lease_columns(self) -> Sequence[ColumnElement[Any]]:
         return (AUDITS.c.id, AUDITS.c.text, AUDITS.c.seconds)
