@@ -17,6 +17,7 @@ from service.api.deps import MAX_ID, AppState, PrincipalDep, ReadSession, StateD
 from service.api.schemas import ERROR_RESPONSES, WorkerOut
 from service.artifacts import audit, catalog, validations, versions
 from service.errors import Forbidden, Invalid, NotFound
+from service.notify import Channel
 from service.store.models import Study, Trial, Worker
 from service.store.storable import storable
 from service.trials.empty import QueueKey
@@ -76,13 +77,18 @@ def register(body: wire.RegisterRequest, state: StateDep, principal: PrincipalDe
 async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDep, request: Request,
                 contract: Contract) -> Response:
     """Long-poll: returns a lease as soon as work of the worker's pool and kinds is queued,
-    or 204 after `wait_s`. A worker that went away meanwhile (it stopped) is leased nothing."""
+    or 204 after `wait_s`. A worker that went away meanwhile (it stopped) is leased nothing.
+
+    It looks at the queue at once, whenever a pool notification wakes it, and when its timer
+    runs out only if a wake-up may have gone missing meanwhile (EmptyQueues): one that came
+    while it looked, before it waited, makes it look again at once."""
     principal.require_worker()
     deadline = time.monotonic() + body.wait_s
     notifier = state.notifier
     queue: QueueKey | None = None  # the worker's pool and what it can run, once looked up
+    woken = True
     while True:
-        if queue is None or not state.empty_queues.known_empty(queue, notifier.unanswered_pool_wakeups):
+        if woken or queue is None or not state.empty_queues.known_empty(queue, notifier.unanswered_pool_wakeups):
             if queue is not None and await request.is_disconnected():
                 return Response(status_code=204)
             started = time.perf_counter()
@@ -91,10 +97,13 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
             if reply is not None:
                 return _json(reply)
             queue = QueueKey.of(worker)  # found empty (next_work)
+            if not state.empty_queues.known_empty(queue, notifier.unanswered_pool_wakeups):
+                woken = False
+                continue
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Response(status_code=204)
-        await notifier.wait(f"pool:{queue.pool}", min(remaining, state.empty_queues.period_s))
+        woken = await notifier.wait(Channel.pool(queue.pool), min(remaining, state.empty_queues.period_s))
 
 
 def lease_once(state: AppState, principal: Principal, worker_id: int,
