@@ -299,7 +299,7 @@ def up(
         if demo:
             api = Api(server, admin)
             study = api.call("POST", "/v1/studies", json=_demo_study(demo_trials))
-            console.print(f"demo study {study['id']} queued: {server}/ui/#/studies/{study['id']}")
+            console.print(f"demo study {study['id']} queued: {server}/ui/studies/{study['id']}")
             _watch(api, study["id"], exit_when_done=False)
         console.print("serving; Ctrl-C stops everything")
         while thread.is_alive():

@@ -27,6 +27,11 @@ def test_up_tunes_the_builtin_matmul_beyond_the_noise(tmp_path: Path) -> None:
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
                               headers={"Authorization": f"Bearer {token.group(1)}"})
         assert f"http://127.0.0.1:{port}/ui/" in log.read_text()
+        # the printed study link is the study page's own route (the dashboard's router: /ui/studies/:id)
+        link = wait_for(lambda: re.search(r"demo study 1 queued: (\S+)", log.read_text()), 60, log).group(1)
+        assert link == f"http://127.0.0.1:{port}/ui/studies/1"
+        page = httpx.get(link, timeout=10)
+        assert page.status_code == 200 and "<script" in page.text
 
         def finished() -> dict | None:
             r = client.get("/v1/studies/1")
