@@ -69,4 +69,3 @@ JOB_FINISHED = JOB.final
 VALIDATION_FINISHED = VALIDATION.final
 # the lease queue's functions (service.artifacts.validations.acquire, expire) check their
 # moves of a job by this name
-check_job = JOB.check

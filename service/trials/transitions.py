@@ -9,14 +9,14 @@ import itertools
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import JSON, ColumnElement, Update, bindparam, select, text, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from service.domain.states import TRIAL, TRIAL_FINISHED, TRIAL_REPORTED, TrialState
 from service.notify import Channel
 from service.store.db import is_postgres, next_seq, next_seqs
 from service.store.effects import effects
-from service.store.models import TRIALS, JsonParam, Trial, utcnow
+from service.store.models import Trial, utcnow
 
 
 def transition(session: Session, trial: Trial, to: TrialState, *, seq: int | None = None, **fields: Any) -> None:
@@ -34,7 +34,6 @@ def transition(session: Session, trial: Trial, to: TrialState, *, seq: int | Non
 
 
 # the name the lease queue (service.trials.leases) calls it by
-move = transition
 
 
 def transition_all(session: Session, study_id: int, old: Iterable[TrialState], to: TrialState,
@@ -54,49 +53,14 @@ def transition_all(session: Session, study_id: int, old: Iterable[TrialState], t
 def announce(session: Session, study_id: int, pool: str, to: TrialState, *, told: bool = False) -> None:
     """Register what a trial's move to `to` wakes once committed: its study's event streams;
     a worker of its pool when it is queued; its study's step when the step has a report to
-    account for. `transition` does it for every move; a hot path that moves a trial with
-    `move_statement` does it through here."""
+    account for. `transition` does it for every move; the lease queue's statements
+    (service.trials.leases) do it through here."""
     woken = effects(session)
     woken.notify(Channel.study(study_id))
     if to == TrialState.QUEUED:
         woken.queued(pool)
     elif to in TRIAL_REPORTED and not told:
         woken.wake_step(study_id)
-
-
-def move_statement(postgres: bool, old: TrialState, new: TrialState, where: ColumnElement[bool],
-                   params: Iterable[str], **expressions: Any) -> Update:
-    """One statement that changes the one trial matching `where` from `old` to `new` (the hot
-    paths: a lease, a result), built once and run with `move_params`: each column of `params`
-    takes its value from the parameter `v_<column>`; `expressions` are SQL (attempt + 1).
-    Add .returning(...) to read the row back.
-
-    A Core statement on the table (`where` and `.returning` name `TRIALS.c` columns, not the
-    ORM's `Trial` attributes, which would make it an ORM statement again): the hot paths read
-    trials as rows, never as ORM objects, so there is no loaded object to keep in step, and
-    the ORM's per-statement machinery is skipped (a quarter of a lease's server time). Built
-    once, it is not built, compared and looked up in the compiled cache on every request
-    either (0.8 ms of a lease's CPU on a slow 2-core machine)."""
-    TRIAL.check(old, new)
-    names = [*params, *(["finished_at"] if new in TRIAL_FINISHED else [])]
-    values = {name: bindparam(f"v_{name}", type_=_param_type(TRIALS.c[name].type)) for name in names}
-    seq = text("nextval('trial_seq')") if postgres else bindparam("v_seq", type_=TRIALS.c.seq.type)
-    return (update(TRIALS).where(TRIALS.c.state == old.value, where)
-            .values(state=new.value, seq=seq, **values, **expressions))
-
-
-def _param_type(column_type: Any) -> Any:
-    return JsonParam if isinstance(column_type, JSON) else column_type
-
-
-def move_params(session: Session, new: TrialState, **values: Any) -> dict[str, Any]:
-    """The parameters of a move_statement to `new` with these column values."""
-    params = {f"v_{name}": value for name, value in values.items()}
-    if new in TRIAL_FINISHED:
-        params.setdefault("v_finished_at", utcnow())
-    if not is_postgres(session):
-        params["v_seq"] = next_seq(session)
-    return params
 
 
 def touch(session: Session, trials: Sequence[Trial], seqs: Iterator[int] | None = None) -> None:

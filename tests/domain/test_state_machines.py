@@ -212,7 +212,6 @@ def test_every_move_of_a_candidate_is_audited() -> None:
 # the entities' transition functions
 TRANSITIONS = {
     ("service/trials/transitions.py", "transition"),
-    ("service/trials/transitions.py", "move_statement"),  # the hot paths' moves, one statement each
     ("service/studies/lifecycle.py", "transition"),
     ("service/artifacts/transitions.py", "transition_candidate"),
     ("service/artifacts/transitions.py", "transition_validation"),
