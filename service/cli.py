@@ -97,9 +97,9 @@ def _require_service_extras(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand not in SERVICE_COMMANDS:
         return
     missing = [name for name in SERVICE_MODULES if importlib.util.find_spec(name) is None]
-    if missing:  # "\\[" keeps Rich from taking [service] for markup
+    if missing:
         _fail(f"`paretune {ctx.invoked_subcommand}` runs the control plane, which this install lacks "
-              f"({', '.join(missing)}): pip install 'paretune\\[service]'")
+              f"({', '.join(missing)}): pip install 'paretune[service]'")
 
 
 @app.command()
