@@ -49,9 +49,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cache = MirrorCache(catalog=ControlsCatalog(settings.controls_catalog))
         metrics = Metrics(db)
         scheduler = Scheduler(db, cache, notifier, settings, observe=metrics.step_seconds.observe)
-        db.send_effects_to(notifier, scheduler)
         state = AppState(settings, db, cache, notifier, metrics, scheduler)
+        db.send_effects_to(notifier, scheduler, state.shares)
         app.state.paretune = state
+        state.shares.start()
         if not settings.scheduler_process:  # else its wake-ups go to the scheduler process
             await scheduler.start()
         upkeep = asyncio.create_task(_upkeep(state))
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await stop_tasks(upkeep)
+            await run_in_threadpool(state.shares.stop)
             await scheduler.stop()
             await notifier.stop()
             db.dispose()

@@ -31,6 +31,7 @@ from service.store.models import utcnow
 from service.studies.specs import StudySpecs
 from service.trials.empty import EmptyQueues
 from service.trials.leases import LeaseQueue
+from service.trials.shares import ShareView
 from service.trials.work import TrialWork
 from service.workers.registry import WorkerDirectory
 
@@ -52,6 +53,7 @@ class AppState:
     principals: PrincipalCache = field(default_factory=lambda: PrincipalCache(PRINCIPAL_TTL_S))
     auth_failures: FailureLimiter = field(init=False)
     empty_queues: EmptyQueues = field(init=False)
+    shares: ShareView = field(init=False)  # the pools' lease order (service.trials.shares)
     queue: LeaseQueue = field(init=False)
     _signing: SigningKey | None = field(default=None, init=False)
 
@@ -67,7 +69,8 @@ class AppState:
         self.empty_queues = EmptyQueues(period)
         # the kinds of leased work, in the order a worker is offered them: a person waits for
         # a validation
-        self.queue = LeaseQueue(self.settings, self.workers)
+        self.shares = ShareView(self.db)
+        self.queue = LeaseQueue(self.settings, self.workers, self.shares)
         self.queue.register(ValidationWork())
         self.queue.register(TrialWork(self.specs, self.controls_files))
 

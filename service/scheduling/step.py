@@ -32,7 +32,7 @@ from service.store.models import Study, Trial
 from service.studies import document as sd
 from service.studies import lifecycle
 from service.studies.document import document_of
-from service.trials import queries
+from service.trials import queries, shares
 from service.trials.queries import LIGHT
 from service.trials.transitions import announce, touch, touch_ids, transition
 from wire.contract import FailureReason
@@ -76,6 +76,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     seqs = iter(next_seqs(session, len(untold) + min(ASKS_PER_STEP, study.parallelism) + 1))
     if untold:
         _account(session, study, mirror, untold, seqs)
+        shares.add_usage(session, study, untold)
         report.accounted = len(untold)
         report.more = len(untold) == TELLS_PER_STEP
     pace = (max(1, report.accounted), report.locked_at + ASK_UNTIL_S)

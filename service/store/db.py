@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, select, text, u
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from service.store.effects import Notifications, Steps, effects, take
+from service.store.effects import Notifications, Shares, Steps, effects, take
 from service.store.models import Counter, Study
 
 T = TypeVar("T")
@@ -39,6 +39,7 @@ class Database:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._notifier: Notifications | None = None
         self._scheduler: Steps | None = None
+        self._shares: Shares | None = None
         event.listen(self.sessions, "after_commit", self._send_effects)
         event.listen(self.sessions, "after_rollback", take)
         # a plain Lock: a request's session may be opened and closed on different threads
@@ -57,15 +58,16 @@ class Database:
         # jobs queue they would starve, and the queue they refill would run dry.
         self._steps = ThreadPoolExecutor(STEP_THREADS, thread_name_prefix="db-step")
 
-    def send_effects_to(self, notifier: Notifications, scheduler: Steps) -> None:
+    def send_effects_to(self, notifier: Notifications, scheduler: Steps, shares: Shares | None = None) -> None:
         """Where the wake-ups of committed transactions go (service.store.effects): this
-        process's notifier and scheduler. Until then only their callbacks run."""
-        self._notifier, self._scheduler = notifier, scheduler
+        process's notifier, scheduler and lease order (a replica's). Until then only their
+        callbacks run."""
+        self._notifier, self._scheduler, self._shares = notifier, scheduler, shares
 
     def _send_effects(self, session: Session) -> None:
         committed = take(session)
         if committed is not None:
-            committed.send(self._notifier, self._scheduler)
+            committed.send(self._notifier, self._scheduler, self._shares)
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
         """Self-contained database work (it opens and ends its own session) off the event loop."""

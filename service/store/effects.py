@@ -30,21 +30,28 @@ class Steps(Protocol):
     def wake(self, *study_ids: int) -> None: ...
 
 
+class Shares(Protocol):
+    def queued(self, studies: dict[int, int]) -> None: ...
+
+
 @dataclass
 class Effects:
     steps: set[int] = field(default_factory=set)  # studies whose scheduling step has work
     pools: dict[str, int | None] = field(default_factory=dict)  # pool -> work queued (None: wake every waiter)
+    studies: dict[int, int] = field(default_factory=dict)  # study -> trials queued
     channels: set[str] = field(default_factory=set)  # every waiter of these is woken
     callbacks: list[Callable[[], None]] = field(default_factory=list)  # this process's own bookkeeping
 
     def wake_step(self, study_id: int) -> None:
         self.steps.add(study_id)
 
-    def queued(self, pool: str, count: int | None = 1) -> None:
-        """`count` pieces of work were queued in `pool`: as many of its long-polls are woken
-        (every one when None)."""
+    def queued(self, pool: str, count: int | None = 1, study_id: int | None = None) -> None:
+        """`count` pieces of work (of `study_id`'s trials) were queued in `pool`: as many of its
+        long-polls are woken (every one when None)."""
         known = self.pools.get(pool, 0)
         self.pools[pool] = None if known is None or count is None else known + count
+        if study_id is not None:
+            self.studies[study_id] = self.studies.get(study_id, 0) + (count or 1)
 
     def notify(self, *channels: str) -> None:
         self.channels.update(channels)
@@ -52,10 +59,13 @@ class Effects:
     def after(self, callback: Callable[[], None]) -> None:
         self.callbacks.append(callback)
 
-    def send(self, notifier: Notifications | None, scheduler: Steps | None) -> None:
-        """Callbacks first: a long-poll woken next may rely on what they note."""
+    def send(self, notifier: Notifications | None, scheduler: Steps | None, shares: Shares | None = None) -> None:
+        """Callbacks and the lease order's counts first: a long-poll woken next may rely on
+        what they note."""
         for callback in self.callbacks:
             callback()
+        if shares is not None and self.studies:
+            shares.queued(self.studies)
         if scheduler is not None and self.steps:
             scheduler.wake(*sorted(self.steps))
         if notifier is None:

@@ -110,6 +110,9 @@ class Study(Base):
     max_failed_trials: Mapped[int] = mapped_column(Integer)
     wall_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     parallelism: Mapped[int] = mapped_column(Integer)
+    # its share of its team's use of the pool (service.trials.fairshare): class, then weight
+    priority: Mapped[str] = mapped_column(String(8), default="normal", server_default="normal")
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
     n_created: Mapped[int] = mapped_column(Integer, default=0)
     n_completed: Mapped[int] = mapped_column(Integer, default=0)
     n_failed: Mapped[int] = mapped_column(Integer, default=0)
@@ -218,8 +221,40 @@ class Pool(Base):
     toolchain: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # re-validate an artifact at once when a worker of the pool makes it stale
     auto_revalidate: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # how fast a team's past use of the pool stops counting against its share
+    usage_half_life_s: Mapped[float] = mapped_column(Float, default=3600.0, server_default="3600")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PoolTeam(Base):
+    """What the operator set for one team in a pool (service.trials.fairshare.TeamShare); a
+    team without a row has weight 1 and no quota."""
+
+    __tablename__ = "pool_teams"
+
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name", ondelete="CASCADE"), primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_hours_per_day: Mapped[float | None] = mapped_column(Float, nullable=True)
+    allow_urgent: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class PoolUsage(Base):
+    """GPU-seconds a study's trials held their leases in a pool, per hour, added by the
+    study's scheduling step as it accounts for them. It outlives the study: a team's use
+    counts after its studies are deleted."""
+
+    __tablename__ = "pool_usage"
+    __table_args__ = (Index("ix_pool_usage_hour", "hour"),)
+
+    pool: Mapped[str] = mapped_column(String(100), primary_key=True)
+    study_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hour: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
+    trials: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class Candidate(Base):

@@ -19,6 +19,7 @@ from pydantic import Field, field_serializer, field_validator, model_validator
 
 from service.studies.limits import MAX_DEPTH
 from service.studies.space import MAX_GRID_POINTS, MAX_PARAMETERS, SearchSpace
+from service.trials.fairshare import Priority
 from wire.contract import COMPILE_METRICS, DeviceLimits, KernelSpec, MeasureSettings, SandboxLimits, WorkloadShape
 from wire.space import MAX_STRING, NAME_RE, Parameter, Scalar, StrictModel, param_default, value_problem
 
@@ -181,6 +182,10 @@ class StudyDocument(StrictModel):
     budget: Budget = Field(default_factory=Budget)
     parallelism: int = Field(default=4, ge=1, le=MAX_PARALLELISM)
     pool: str = Field(default="default", min_length=1, max_length=100)
+    # its place in the pool's lease order (service.trials.fairshare): the class first, then its
+    # weight among its team's studies of the same class
+    priority: Priority = Priority.NORMAL
+    weight: float = Field(default=1.0, gt=0, le=1000)
     limits: Limits = Field(default_factory=Limits)
     measure: StudyMeasure = Field(default_factory=StudyMeasure)
     target: Target | None = None
@@ -246,6 +251,8 @@ class ResolvedDocument(StrictModel):
     budget: ResolvedBudget
     parallelism: int
     pool: str
+    priority: Priority = Priority.NORMAL
+    weight: float = 1.0
     limits: Limits = Field(default_factory=Limits)
     measure: StudyMeasure = Field(default_factory=StudyMeasure)
     target: DeviceLimits | None = None

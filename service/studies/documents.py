@@ -86,6 +86,7 @@ def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
                 configs=[sd.warm_config(space, c, baseline, f"sampler.warm_start.configs.{i}")
                          for i, c in enumerate(warm.configs)])),
         budget=_budget(doc.budget, grid), parallelism=doc.parallelism, pool=doc.pool, limits=doc.limits,
+        priority=doc.priority, weight=doc.weight,
         measure=_measure(doc, objectives, kernel.backend), target=_target(doc.target, kernel.backend),
         reference_point=reference, warm_start=doc.warm_start, compile_only=compile_only,
     )

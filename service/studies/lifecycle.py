@@ -61,6 +61,8 @@ def create(session: Session, team_id: int, token_id: int | None, document: sd.Re
         max_failed_trials=budget.max_failed_trials,
         wall_time_s=budget.wall_time_s,
         parallelism=document.parallelism,
+        priority=document.priority.value,
+        weight=document.weight,
         reference_point=[document.reference_point[name] for name in document.objective_names],
         created_by=token_id,
         best={},

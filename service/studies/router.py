@@ -19,6 +19,7 @@ from service.studies import documents, lifecycle, warm_start
 from service.studies.access import visible_study
 from service.studies.schemas import DocumentedAs, StudyList, StudyOut
 from service.trials import queries
+from service.workers import pools
 
 EXAMPLES: dict[str, Any] = {
     "builtin": {"summary": "a built-in CPU kernel, its own search space", "value": {
@@ -47,6 +48,7 @@ def create_study(
     principal.require("member")
     resolved = documents.validate(document)
     assert principal.team_id is not None
+    pools.require_priority(session, resolved.pool, principal.team_id, resolved.priority)
     if resolved.warm_start == "catalog":
         resolved.warm_start_configs = catalog.warm_start(session, principal.team_id, resolved)
     warm_start.resolve(session, principal.team_id, resolved)
@@ -74,10 +76,12 @@ def list_studies(
 
 
 @router.get("/{study_id}", response_model=StudyOut)
-def get_study(study_id: StudyId, principal: PrincipalDep, session: ReadSession) -> StudyOut:
+def get_study(study_id: StudyId, state: StateDep, principal: PrincipalDep, session: ReadSession) -> StudyOut:
     study = visible_study(session, principal, study_id)
     infeasible = queries.infeasible_counts(session, [study.id]).get(study.id, 0)
-    return StudyOut.of(study, with_document=True, infeasible=infeasible)
+    out = StudyOut.of(study, with_document=True, infeasible=infeasible)
+    out.queued_reason = state.shares.reason(study.id)
+    return out
 
 
 def _change(study_id: int, action: str, principal: PrincipalDep, session: WriteSession) -> StudyOut:

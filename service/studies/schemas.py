@@ -52,6 +52,8 @@ class StudyOut(BaseModel):
     sampler: str
     objectives: list[ObjectiveOut]
     parallelism: int
+    priority: str = "normal"
+    weight: float = 1.0
     progress: Progress
     best: dict[str, float]
     baseline: dict[str, float] | None
@@ -62,6 +64,8 @@ class StudyOut(BaseModel):
     updated_at: Utc
     finished_at: Utc | None
     document: dict[str, Any] | None = None
+    queued_reason: str | None = Field(default=None, description="why its queued trials wait although workers "
+                                                                "are free: its team's quota in the pool")
 
     @classmethod
     def of(cls, study: Study, with_document: bool = False, infeasible: int = 0) -> StudyOut:
@@ -71,7 +75,7 @@ class StudyOut(BaseModel):
             id=study.id, name=study.name, state=study.state, finish_reason=study.finish_reason,
             pool=study.pool, backend=study.backend, sampler=study.sampler,
             objectives=[ObjectiveOut(name=o.name, direction=o.direction) for o in document.objectives],
-            parallelism=study.parallelism,
+            parallelism=study.parallelism, priority=study.priority, weight=study.weight,
             progress=Progress(max_trials=study.max_trials, created=study.n_created,
                               completed=study.n_completed, failed=study.n_failed,
                               cancelled=study.n_cancelled, screened_out=study.n_screened_out,

@@ -48,6 +48,9 @@ class WorkKind(Protocol):
     machine: ClassVar[StateMachine[Any]]
     sequenced: ClassVar[bool] = False  # its rows carry the change sequence (`seq`) event streams follow
     hint: ClassVar[QueuedHint | None] = None  # rare work: see QueuedHint
+    # its units belong to studies (a `study_id` column) and lease by fair share between them
+    # (service.trials.shares), not first in, first out
+    shared: ClassVar[bool] = False
 
     def __hash__(self) -> int:  # a kind is itself: its statements are built once (functools.cache)
         return id(self)

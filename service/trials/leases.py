@@ -8,10 +8,15 @@ and ends in a state of its kind. Every state this module writes is one statement
 checked against the kind's state machine, its wake-ups registered by the kind with the
 transaction's effects (service.store.effects):
 
-- A lease pops the oldest queued unit of the worker's pool that the worker can run: one
-  UPDATE ... RETURNING (`FOR UPDATE SKIP LOCKED` on Postgres, so concurrent workers never
-  take the same row). A worker is offered the kinds it registered, in the order they were
-  registered here (validation jobs first: a person waits for them).
+- A lease pops a queued unit of the worker's pool that the worker can run: one UPDATE ...
+  RETURNING (`FOR UPDATE SKIP LOCKED` on Postgres, so concurrent workers never take the
+  same row). A worker is offered the kinds it registered, in the order they were registered
+  here (validation jobs first: a person waits for them, so they come before every study's
+  priority class). A kind whose units belong to studies (`shared`) is leased by fair share:
+  the replica's view of the pool (service.trials.shares) orders the studies the worker may
+  lease from, and the lease tries the first few in that order, each by the index of its
+  study's queue, then the pool's oldest queued unit of any study whose team's quota does
+  not hold it back. Otherwise the pool's oldest queued unit.
 - A lease token names its kind, its worker and the kind's route (a trial's study and stage)
   before its secret part, so a heartbeat or a report knows what it is for without reading
   the database: each is one UPDATE ... RETURNING of the live lease's row. Only a report
@@ -23,6 +28,7 @@ transaction's effects (service.store.effects):
 
 from __future__ import annotations
 
+import enum
 import functools
 import secrets
 from collections.abc import Iterable, Iterator
@@ -52,6 +58,7 @@ from service.store.models import JsonParam, as_utc, utcnow
 from service.store.storable import storable_text
 from service.trials.empty import QueueKey
 from service.trials.kinds import Held, WorkKind
+from service.trials.shares import ShareView
 from service.workers import compat
 from service.workers.registry import WorkerDirectory, WorkerInfo
 from wire import contract as wire
@@ -79,9 +86,10 @@ def token_route(token: str) -> tuple[str, int, str] | None:
 class LeaseQueue:
     """The kinds of leased work a replica serves, and the four operations over them."""
 
-    def __init__(self, settings: Settings, workers: WorkerDirectory) -> None:
+    def __init__(self, settings: Settings, workers: WorkerDirectory, shares: ShareView | None = None) -> None:
         self.settings = settings
         self.workers = workers
+        self.shares = shares if shares is not None else ShareView()
         self.kinds: dict[str, WorkKind] = {}
 
     def register(self, kind: WorkKind) -> None:
@@ -120,7 +128,23 @@ class LeaseQueue:
             "v_prefix": f"{kind.name}.{worker.id}.", "v_secret": "." + secrets.token_urlsafe(SECRET_BYTES),
             **_seq_params(session, kind, 1),
         }
-        return session.execute(_lease_statement(kind, postgres, worker.energy, worker.gpu), params).one_or_none()
+        if not kind.shared:
+            return session.execute(_lease_statement(kind, postgres, worker.energy, worker.gpu), params).one_or_none()
+        plan = self.shares.plan(worker)
+        for study_id in plan.order:
+            if not self.shares.claim(worker.pool, study_id):
+                continue
+            statement = _lease_statement(kind, postgres, worker.energy, worker.gpu, By.STUDY)
+            row = session.execute(statement, {**params, "w_study": study_id}).one_or_none()
+            if row is not None:
+                return row
+            self.shares.unclaim(worker.pool, study_id)
+        by = By.POOL_BUT if plan.held else By.POOL
+        row = session.execute(_lease_statement(kind, postgres, worker.energy, worker.gpu, by),
+                              {**params, "w_held": plan.held}).one_or_none()
+        if row is not None:
+            self.shares.leased(worker.pool, row.study_id)
+        return row
 
     def _reply(self, kind: WorkKind, row: Row[Any], work: BaseModel, contract: int) -> wire.Lease:
         return wire.Lease(
@@ -249,15 +273,29 @@ def _param(kind: WorkKind, name: str, column: str) -> Any:
     return bindparam(name, type_=JsonParam if isinstance(column_type, JSON) else column_type)
 
 
+class By(enum.Enum):
+    """Which queued unit a lease statement takes: the pool's oldest; the pool's oldest but of
+    the studies `w_held`; study `w_study`'s first (by its queue's index)."""
+
+    POOL = "pool"
+    POOL_BUT = "pool but"
+    STUDY = "study"
+
+
 @functools.cache
-def _lease_statement(kind: WorkKind, postgres: bool, energy: bool, gpu: bool) -> Update:
+def _lease_statement(kind: WorkKind, postgres: bool, energy: bool, gpu: bool, by: By = By.POOL) -> Update:
     c = kind.table.c
     candidate = (
         select(c.id)
         .where(c.pool == bindparam("w_pool"), c.state == QUEUED, c.backend.in_(bindparam("w_backends", expanding=True)))
-        .order_by(c.id)
         .limit(1)
     )
+    if by == By.STUDY:
+        candidate = candidate.where(c.study_id == bindparam("w_study")).order_by(c.number)
+    else:
+        candidate = candidate.order_by(c.id)
+    if by == By.POOL_BUT:
+        candidate = candidate.where(c.study_id.not_in(bindparam("w_held", expanding=True)))
     if not energy:
         candidate = candidate.where(c.requires_energy.is_(False))
     if not gpu:

@@ -58,7 +58,7 @@ def announce(session: Session, study_id: int, pool: str, to: TrialState, *, told
     woken = effects(session)
     woken.notify(Channel.study(study_id))
     if to == TrialState.QUEUED:
-        woken.queued(pool)
+        woken.queued(pool, study_id=study_id)
     elif to in TRIAL_REPORTED and not told:
         woken.wake_step(study_id)
 

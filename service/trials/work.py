@@ -37,6 +37,7 @@ class TrialWork(WorkKind):
     report = wire.TrialResult
     machine = TRIAL
     sequenced: ClassVar[bool] = True
+    shared: ClassVar[bool] = True
 
     def __init__(self, specs: StudySpecs, controls_files: ControlsFiles) -> None:
         self.specs = specs

@@ -1,0 +1,345 @@
+"""Who leases next in each pool, as a replica knows it: the studies with queued trials, the
+operator's team settings and every team's use of the pool, read from the database off the
+request path (`ShareView.refresh`, every REFRESH_S and at once when a study this replica has
+not seen queues trials) and ordered by the policy of service.trials.fairshare on each lease.
+
+Usage is counted where it is exact: a study's scheduling step, accounting for its finished
+trials once each, adds the GPU-seconds they held their leases (lease to report) to the
+study's row of `pool_usage` for that hour (`add_usage`). Between two refreshes the replica
+counts its own leases as running at once (`claim`), and trials its own steps queue
+(`queued`), so that the leases it hands out in that time follow the policy too; another
+replica's are seen at the next refresh. A team's `max_running` is therefore exact within a
+replica and may be passed by the leases other replicas make within one refresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Executable, Insert, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from service.domain.states import TrialState
+from service.store.db import Database, is_postgres
+from service.store.models import TRIALS, Pool, PoolTeam, PoolUsage, Study, Team, Trial, as_utc, utcnow
+from service.trials import fairshare
+from service.trials.fairshare import Candidate, Priority, TeamShare, Usage
+from service.workers.registry import WorkerInfo
+
+log = logging.getLogger("paretune.shares")
+
+REFRESH_S = 0.5
+MAX_TRIES = 4  # studies a lease tries in the policy's order before the pool's oldest queued trial
+DEFAULT_HALF_LIFE_S = 3600.0
+MAX_WINDOW_S = 30 * 86_400.0  # usage older than this counts for nothing, whatever the half-life
+DEFAULT_TRIAL_S = 1.0  # a pool's mean trial time before any trial of it was accounted for
+
+
+# -- usage ------------------------------------------------------------------------------------
+
+
+def add_usage(session: Session, study: Study, trials: Iterable[Trial]) -> None:
+    """Count the GPU-seconds `trials` (of `study`, just accounted for by its step) held their
+    leases, from lease to report; a screened trial's screen counts now, its full stage when
+    that reports."""
+    now = utcnow()
+    hours: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0])
+    for trial in trials:
+        if trial.started_at is None:
+            continue
+        finished = as_utc(trial.finished_at) if trial.finished_at is not None else now
+        bucket = hours[finished.replace(minute=0, second=0, microsecond=0)]
+        bucket[0] += max(0.0, (finished - as_utc(trial.started_at)).total_seconds())
+        bucket[1] += 1
+    if hours:
+        session.execute(_usage_upsert(is_postgres(session)), [
+            {"pool": study.pool, "study_id": study.id, "hour": hour, "team_id": study.team_id,
+             "gpu_s": seconds, "trials": int(count)}
+            for hour, (seconds, count) in sorted(hours.items())])
+
+
+def _usage_upsert(postgres: bool) -> Insert:
+    insert = postgresql.insert(PoolUsage) if postgres else sqlite.insert(PoolUsage)
+    return insert.on_conflict_do_update(
+        index_elements=[PoolUsage.pool, PoolUsage.study_id, PoolUsage.hour],
+        set_={"gpu_s": PoolUsage.gpu_s + insert.excluded.gpu_s, "trials": PoolUsage.trials + insert.excluded.trials})
+
+
+# -- a pool as the policy sees it ---------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    """A study of the pool with trials to lease, and what may lease them."""
+
+    candidate: Candidate
+    backend: str
+    requires_energy: bool
+    requires_gpu: bool
+    queued: int
+
+    def fits(self, worker: WorkerInfo) -> bool:
+        return (self.queued > 0 and self.backend in worker.backends and (worker.energy or not self.requires_energy)
+                and (worker.gpu or not self.requires_gpu))
+
+
+@dataclass
+class PoolShares:
+    """One pool: its studies with queued trials, its teams' settings and use."""
+
+    name: str
+    half_life_s: float = DEFAULT_HALF_LIFE_S
+    shares: dict[int, TeamShare] = field(default_factory=dict)  # team id -> the operator's setting
+    team_names: dict[int, str] = field(default_factory=dict)
+    entries: dict[int, Entry] = field(default_factory=dict)  # study id ->
+    teams: dict[int, Usage] = field(default_factory=dict)  # team id ->
+    studies: dict[int, Usage] = field(default_factory=dict)  # study id ->
+    mean_trial_s: float = DEFAULT_TRIAL_S
+
+    def share(self, team_id: int) -> TeamShare:
+        return self.shares.get(team_id, TeamShare())
+
+    def held_back(self, team_id: int) -> str | None:
+        return fairshare.held_back(self.team_names.get(team_id, str(team_id)), self.name, self.share(team_id),
+                                   self.teams.get(team_id, Usage()))
+
+    def order(self, worker: WorkerInfo) -> tuple[list[int], list[int]]:
+        """The studies `worker` may lease from, in the policy's order, and those whose team's
+        quota holds them back."""
+        held = {team for team in {e.candidate.team_id for e in self.entries.values()} if self.held_back(team)}
+        fits = [e.candidate for e in self.entries.values() if e.candidate.team_id not in held and e.fits(worker)]
+        ordered = fairshare.order(fits, self.shares, self.teams, self.studies, self.mean_trial_s)
+        return ([c.study_id for c in ordered],
+                sorted(sid for sid, e in self.entries.items() if e.candidate.team_id in held))
+
+    def count_lease(self, study_id: int, team_id: int, delta: int) -> None:
+        for usage in (self.teams.setdefault(team_id, Usage()), self.studies.setdefault(study_id, Usage())):
+            usage.running = max(0, usage.running + delta)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a lease looks, in order: `order`'s studies, then the pool's oldest queued trial
+    of any study but `held`'s."""
+
+    order: list[int]
+    held: list[int]
+
+
+class ShareView:
+    """This replica's PoolShares of every pool, refreshed by a thread of its own."""
+
+    def __init__(self, db: Database | None = None, refresh_s: float = REFRESH_S) -> None:
+        self.db = db
+        self.refresh_s = refresh_s
+        self.pools: dict[str, PoolShares] = {}
+        self.refreshed_at = 0.0  # time.monotonic()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- refresh -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.db is None or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="fair-share", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+    def _run(self) -> None:
+        assert self.db is not None
+        while not self._stop.is_set():
+            try:
+                with self.db.read() as session:
+                    self.refresh(session)
+            except Exception:
+                log.exception("refreshing the pools' shares failed; retrying")
+            self._wake.wait(self.refresh_s)
+            self._wake.clear()
+
+    def refresh(self, session: Session) -> None:
+        pools = load(session, utcnow())
+        with self._lock:
+            self.pools = pools
+            self.refreshed_at = time.monotonic()
+
+    def queued(self, studies: Mapping[int, int]) -> None:
+        """Trials this process queued (after the commit): study id -> how many. A study not
+        in the view yet is read at once."""
+        unknown = False
+        with self._lock:
+            entries = {sid: e for pool in self.pools.values() for sid, e in pool.entries.items()}
+            for study_id, count in studies.items():
+                entry = entries.get(study_id)
+                if entry is None:
+                    unknown = True
+                else:
+                    entry.queued += count
+        if unknown:
+            self._wake.set()
+
+    # -- leasing ------------------------------------------------------------------------------
+
+    def plan(self, worker: WorkerInfo) -> Plan:
+        with self._lock:
+            pool = self.pools.get(worker.pool)
+            if pool is None:
+                return Plan([], [])
+            order, held = pool.order(worker)
+            return Plan(order[:MAX_TRIES], held)
+
+    def claim(self, pool_name: str, study_id: int) -> bool:
+        """Count a lease of `study_id` about to be tried; False: its team reached its quota
+        since the plan (nothing is counted)."""
+        with self._lock:
+            pool = self.pools.get(pool_name)
+            entry = pool.entries.get(study_id) if pool is not None else None
+            if pool is None or entry is None:
+                return True
+            team = entry.candidate.team_id
+            if pool.held_back(team):
+                return False
+            pool.count_lease(study_id, team, +1)
+            entry.queued -= 1
+            return True
+
+    def unclaim(self, pool_name: str, study_id: int) -> None:
+        """The claimed lease found no trial: the study has none queued for now."""
+        with self._lock:
+            pool = self.pools.get(pool_name)
+            entry = pool.entries.get(study_id) if pool is not None else None
+            if pool is not None and entry is not None:
+                pool.count_lease(study_id, entry.candidate.team_id, -1)
+                entry.queued = 0
+
+    def leased(self, pool_name: str, study_id: int) -> None:
+        """A lease of the pool's oldest queued trial went to `study_id`."""
+        with self._lock:
+            pool = self.pools.get(pool_name)
+            entry = pool.entries.get(study_id) if pool is not None else None
+            if pool is not None and entry is not None:
+                pool.count_lease(study_id, entry.candidate.team_id, +1)
+                entry.queued = max(0, entry.queued - 1)
+
+    def reason(self, study_id: int) -> str | None:
+        """Why the study's queued trials wait although it may lease (its team's quota), if so."""
+        with self._lock:
+            for pool in self.pools.values():
+                entry = pool.entries.get(study_id)
+                if entry is not None:
+                    return pool.held_back(entry.candidate.team_id)
+        return None
+
+
+# -- reading a pool's shares --------------------------------------------------------------------
+
+
+def load(session: Session, now: datetime, only: str | None = None) -> dict[str, PoolShares]:
+    """Every pool with trials queued or running or with settings (or the pool `only`), as the
+    database has it now."""
+    pools: dict[str, PoolShares] = {}
+
+    def pool_of(name: str) -> PoolShares:
+        if name not in pools:
+            pools[name] = PoolShares(name)
+        return pools[name]
+
+    for row in session.execute(_pools_query(only)):
+        pool_of(row.name).half_life_s = float(row.usage_half_life_s)
+    for row in session.execute(_teams_query(only)):
+        pool_of(row.pool).shares[row.team_id] = TeamShare(
+            weight=float(row.weight), max_running=row.max_running, gpu_hours_per_day=row.gpu_hours_per_day)
+    for row in session.execute(_queue_query(only)):
+        # a study with trials running stays in the view with none queued: trials its step
+        # queues later are counted at once (ShareView.queued)
+        pool = pool_of(row.pool)
+        entry = pool.entries.get(row.study_id)
+        if entry is None:
+            candidate = Candidate(row.study_id, row.team_id, _priority(row.priority), float(row.weight))
+            entry = pool.entries[row.study_id] = Entry(candidate, row.backend, bool(row.requires_energy),
+                                                       bool(row.requires_gpu), 0)
+        if row.state == TrialState.RUNNING:
+            pool.count_lease(row.study_id, row.team_id, int(row.n))
+        else:
+            entry.queued += int(row.n)
+    _add_usage(session, pools, now, only)
+    teams = {team for pool in pools.values() for team in (*pool.teams, *pool.shares)}
+    if teams:
+        names = dict(session.execute(select(Team.id, Team.name).where(Team.id.in_(sorted(teams)))).all())
+        for pool in pools.values():
+            pool.team_names = names
+    return pools
+
+
+def _add_usage(session: Session, pools: dict[str, PoolShares], now: datetime, only: str | None) -> None:
+    longest = max((p.half_life_s for p in pools.values()), default=DEFAULT_HALF_LIFE_S)
+    window = min(MAX_WINDOW_S, max(fairshare.DAY_S, 10 * longest))
+    query = (select(PoolUsage.pool, PoolUsage.team_id, PoolUsage.study_id, PoolUsage.hour, PoolUsage.gpu_s,
+                    PoolUsage.trials)
+             .where(PoolUsage.hour >= now - timedelta(seconds=window)))
+    if only is not None:
+        query = query.where(PoolUsage.pool == only)
+    day_ago = now - timedelta(seconds=fairshare.DAY_S)
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for row in session.execute(query):
+        pool = pools.get(row.pool) or pools.setdefault(row.pool, PoolShares(row.pool))
+        hour = as_utc(row.hour)
+        # the hour's use as if at its middle (the current hour's: halfway to now)
+        age = (now - hour).total_seconds() / 2 if now - hour < timedelta(hours=1) else \
+            (now - hour).total_seconds() - 1800
+        value = fairshare.decayed(float(row.gpu_s), age, pool.half_life_s)
+        for usage in (pool.teams.setdefault(row.team_id, Usage()), pool.studies.setdefault(row.study_id, Usage())):
+            usage.decayed_s += value
+            if hour + timedelta(hours=1) > day_ago:
+                usage.day_s += float(row.gpu_s)
+        if hour + timedelta(hours=1) > day_ago:
+            totals[row.pool][0] += float(row.gpu_s)
+            totals[row.pool][1] += int(row.trials)
+    for name, (seconds, count) in totals.items():
+        if count:
+            pools[name].mean_trial_s = max(1e-3, seconds / count)
+
+
+def _priority(value: str | None) -> Priority:
+    try:
+        return Priority(value or Priority.NORMAL)
+    except ValueError:
+        return Priority.NORMAL
+
+
+def _pools_query(only: str | None) -> Executable:
+    query = select(Pool.name, Pool.usage_half_life_s)
+    return query if only is None else query.where(Pool.name == only)
+
+
+def _teams_query(only: str | None) -> Executable:
+    query = select(PoolTeam.pool, PoolTeam.team_id, PoolTeam.weight, PoolTeam.max_running, PoolTeam.gpu_hours_per_day)
+    return query if only is None else query.where(PoolTeam.pool == only)
+
+
+def _queue_query(only: str | None) -> Executable:
+    c = TRIALS.c
+    query = (select(c.pool, c.study_id, c.state, c.backend, c.requires_energy, c.requires_gpu, Study.team_id,
+                    Study.priority, Study.weight, func.count().label("n"))
+             .join(Study, Study.id == c.study_id)
+             .where(c.state.in_((TrialState.QUEUED.value, TrialState.RUNNING.value)))
+             .group_by(c.pool, c.study_id, c.state, c.backend, c.requires_energy, c.requires_gpu, Study.team_id,
+                       Study.priority, Study.weight))
+    return query if only is None else query.where(c.pool == only)
+

@@ -1,0 +1,196 @@
+"""Fair-share leasing through the service, on SQLite and Postgres: the teams' weights decide
+who leases next, a priority class comes first, quotas hold a team back with the reason on its
+study, the usage the step counts is the trials' lease time, and past use decays.
+
+Expected lease counts are worked out by hand from the policy (service.trials.fairshare):
+with no trial finished yet, a team's load is its running trials, and the lower load per unit
+of weight leases next (ties: the older study)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from conftest import Api, study_doc
+from sqlalchemy import func, select
+
+from service.store.models import PoolUsage, Study, Trial, utcnow
+from service.trials import shares
+
+RESULT = {"status": "completed", "metrics": {"f1": {"value": 1.0}, "f2": {"value": 2.0}}}
+
+
+def team_study(api: Api, team: str, name: str, **changes: Any) -> tuple[str, int]:
+    token = api.token(role="admin", team=team)
+    body = {**_doc(name), **changes}
+    r = api.client.post("/v1/studies", json=body, headers=api.headers(token))
+    assert r.status_code == 201, r.text
+    return token, int(r.json()["id"])
+
+
+def _doc(name: str) -> dict[str, Any]:
+    return study_doc(name=name, budget={"max_trials": 200}, parallelism=24, sampler={"name": "random", "seed": 1})
+
+
+def refresh(api: Api) -> None:
+    """The replica's view of the pools read now, and only when asked: the expected counts
+    assume no refresh between two leases (one could read a lease not yet committed)."""
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    state.shares.stop()
+    with state.db.read() as session:
+        state.shares.refresh(session)
+
+
+def leases(api: Api, worker: tuple[dict[str, str], int], n: int) -> list[dict[str, Any]]:
+    got = []
+    for _ in range(n):
+        lease = api.lease(worker)
+        assert lease is not None
+        got.append(lease)
+    return got
+
+
+def by_study(got: list[dict[str, Any]]) -> Counter[int]:
+    return Counter(int(lease["trial"]["study_id"]) for lease in got)
+
+
+def test_equal_weights_alternate_and_weights_three_to_one(api: Api) -> None:
+    _, a = team_study(api, "a", "a sweep")
+    _, b = team_study(api, "b", "b tune")
+    api.quiesce()
+    refresh(api)
+    worker = api.worker()
+    assert by_study(leases(api, worker, 12)) == {a: 6, b: 6}
+
+    r = api.client.put("/v1/pools/default", json={"teams": {"a": {"weight": 3}, "b": {"weight": 1}}},
+                       headers=api.admin)
+    assert r.status_code == 200, r.text
+    assert {t["team"]: t["weight"] for t in r.json()["teams"]} == {"a": 3.0, "b": 1.0}
+    # 6 running each: a's load per unit of weight is 6/3, b's 6/1. a leases until it has 18
+    # running (18/3 = 6); the tie goes to the study with less load of its own (b: 7); then a
+    # again until 21 (7.0), and so on
+    refresh(api)
+    assert by_study(leases(api, worker, 16)) == {a: 15, b: 1}
+
+
+def test_urgent_leases_first_and_batch_last(api: Api) -> None:
+    _, normal = team_study(api, "a", "normal")
+    _, batch = team_study(api, "b", "batch", priority="batch")
+    token_b, urgent = team_study(api, "b", "urgent", priority="urgent", parallelism=3)
+    api.quiesce()
+    refresh(api)
+    worker = api.worker()
+    got = [int(lease["trial"]["study_id"]) for lease in leases(api, worker, 30)]
+    assert got[:3] == [urgent] * 3  # its three queued trials, before anything else
+    assert batch not in got[3:27] and got[3:27] == [normal] * 24  # normal's 24 before any batch trial
+    assert got[27:] == [batch] * 3
+    assert api.client.get(f"/v1/studies/{urgent}", headers=api.headers(token_b)).json()["priority"] == "urgent"
+
+
+def test_max_running_holds_a_team_back_with_its_reason(api: Api) -> None:
+    r = api.client.put("/v1/pools/default", json={"teams": {"a": {"max_running": 2}}}, headers=api.admin)
+    assert r.status_code == 422  # team a does not exist yet
+    token, a = team_study(api, "a", "a sweep")
+    r = api.client.put("/v1/pools/default", json={"teams": {"a": {"max_running": 2}}}, headers=api.admin)
+    assert r.status_code == 200, r.text
+    api.quiesce()
+    refresh(api)
+    worker = api.worker()
+    held = leases(api, worker, 2)
+    assert api.lease(worker) is None  # 22 queued, none leased: the quota
+    study = api.client.get(f"/v1/studies/{a}", headers=api.headers(token)).json()
+    assert "max_running" in study["queued_reason"] and "team a" in study["queued_reason"]
+    shares_out = api.client.get("/v1/pools/default/shares", headers=api.headers(token)).json()
+    assert [(t["team"], t["running"], t["max_running"]) for t in shares_out["teams"]] == [("a", 2, 2)]
+    assert "max_running" in shares_out["teams"][0]["held_back"]
+
+    assert api.post_result(worker, held[0]["token"], RESULT).status_code == 200
+    refresh(api)
+    assert api.lease(worker) is not None  # one finished: one more may run
+    assert api.lease(worker) is None
+
+
+def test_daily_gpu_hours_hold_a_team_back_once_its_step_counts_them(api: Api) -> None:
+    token, a = team_study(api, "a", "a sweep", parallelism=4)
+    r = api.client.put("/v1/pools/default", json={"teams": {"a": {"gpu_hours_per_day": 0.0002}}},  # 0.72 s
+                       headers=api.admin)
+    assert r.status_code == 200, r.text
+    api.quiesce()
+    refresh(api)
+    worker = api.worker()
+    for lease in leases(api, worker, 2):
+        time.sleep(0.45)
+        assert api.post_result(worker, lease["token"], RESULT).status_code == 200
+    api.quiesce()  # the step accounts for both and counts their lease time
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    with state.db.read() as session:
+        used = session.execute(select(func.sum(PoolUsage.gpu_s), func.sum(PoolUsage.trials))).one()
+        rows = session.execute(select(Trial.started_at, Trial.finished_at)
+                               .where(Trial.study_id == a, Trial.finished_at.is_not(None))).all()
+    assert used[1] == 2
+    assert used[0] == pytest.approx(sum((f - s).total_seconds() for s, f in rows), abs=1e-3)
+    assert used[0] >= 0.9
+    refresh(api)
+    assert api.lease(worker) is None
+    reason = api.client.get(f"/v1/studies/{a}", headers=api.headers(token)).json()["queued_reason"]
+    assert "gpu_hours_per_day" in reason
+
+
+def test_past_use_decays_by_the_pools_half_life(api: Api) -> None:
+    token, a = team_study(api, "a", "a sweep")
+    r = api.client.put("/v1/pools/default", json={"usage_half_life_s": 3600, "teams": {}}, headers=api.admin)
+    assert r.status_code == 200, r.text
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    now = utcnow()
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    with state.db.write() as session:
+        assert session.execute(select(func.count()).select_from(PoolUsage)).scalar() == 0
+        team_id = session.get(Study, a).team_id
+        session.add_all([
+            PoolUsage(pool="default", study_id=a, hour=hour - timedelta(hours=3), team_id=team_id, gpu_s=7200.0,
+                      trials=10),
+            PoolUsage(pool="default", study_id=a, hour=hour - timedelta(hours=30), team_id=team_id, gpu_s=3600.0,
+                      trials=5)])
+    with state.db.read() as session:
+        pool = shares.load(session, now)["default"]
+    # the row of three hours ago counts as used at its middle, 2.5 h and the minutes of this
+    # hour ago: halved 2.5 times and more; the row of 30 hours ago is outside the last day
+    age = (now - (hour - timedelta(hours=3))).total_seconds() - 1800
+    age_old = (now - (hour - timedelta(hours=30))).total_seconds() - 1800
+    expected = 7200.0 * 0.5 ** (age / 3600) + 3600.0 * 0.5 ** (age_old / 3600)
+    assert pool.teams[team_id].decayed_s == pytest.approx(expected, rel=1e-6)
+    assert pool.teams[team_id].day_s == pytest.approx(7200.0)
+    assert pool.mean_trial_s == pytest.approx(720.0)
+    out = api.client.get("/v1/pools/default/shares", headers=api.headers(token)).json()
+    assert out["teams"][0]["usage_gpu_hours"] == pytest.approx(expected / 3600, rel=1e-4)
+    assert out["teams"][0]["gpu_hours_24h"] == pytest.approx(2.0)
+
+
+def test_pool_settings_are_checked_and_shown_to_each_team(api: Api) -> None:
+    token_a, _ = team_study(api, "a", "a sweep")
+    token_b, _ = team_study(api, "b", "b sweep")
+    r = api.client.put("/v1/pools/default", json={"teams": {"a": {"weight": 0, "max_running": -1},
+                                                            "nobody": {}, "else": {}}}, headers=api.admin)
+    assert r.status_code == 422
+    fields = {e["field"] for e in r.json()["error"]["errors"]}
+    assert {"teams.a.weight", "teams.a.max_running"} <= fields
+    r = api.client.put("/v1/pools/default", json={"teams": {"nobody": {}, "else": {}}}, headers=api.admin)
+    assert r.status_code == 422
+    assert [e["field"] for e in r.json()["error"]["errors"]] == ["teams.else", "teams.nobody"]
+    r = api.client.put("/v1/pools/default", json={"teams": {"a": {"weight": 2}}}, headers=api.headers(token_a))
+    assert r.status_code == 403
+    r = api.client.put("/v1/pools/default", json={"teams": {"a": {"weight": 2, "allow_urgent": False},
+                                                            "b": {"max_running": 5}}}, headers=api.admin)
+    assert r.status_code == 200, r.text
+    seen = api.client.get("/v1/pools", headers=api.headers(token_b)).json()
+    assert [(t["team"], t["max_running"]) for t in seen[0]["teams"]] == [("b", 5)]
+    assert len(api.client.get("/v1/pools", headers=api.admin).json()[0]["teams"]) == 2
+    r = api.client.post("/v1/studies", json={**_doc("urgent"), "priority": "urgent"}, headers=api.headers(token_a))
+    assert r.status_code == 403 and r.json()["error"]["field"] == "priority"
+    r = api.client.post("/v1/studies", json={**_doc("odd"), "priority": "soon", "weight": 0},
+                        headers=api.headers(token_b))
+    assert r.status_code == 422
+    assert {e["field"] for e in r.json()["error"]["errors"]} >= {"priority", "weight"}
