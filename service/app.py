@@ -30,6 +30,7 @@ from service.store.db import Database
 from service.store.migrate import prepare_schema
 from service.studies import router as studies
 from service.studies.lifecycle import wall_time_over
+from service.trials import retention
 from service.trials import router as trials
 from service.web import mount_dashboard
 from service.workers import router as workers
@@ -85,8 +86,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 async def _upkeep(state: AppState) -> None:
-    """Expire abandoned leases of every kind of work and enforce wall-time limits, so that
-    studies finish even when no worker is polling."""
+    """Expire abandoned leases of every kind of work, enforce wall-time limits (so that
+    studies finish even when no worker is polling) and apply the trials' retention."""
     while True:
         await asyncio.sleep(state.settings.reaper_interval_s)
         try:
@@ -96,9 +97,13 @@ async def _upkeep(state: AppState) -> None:
 
 
 def _expire(state: AppState) -> list[int]:
-    """Expire leases (what that wakes is sent when it commits); the studies past their wall time."""
+    """Expire leases (what that wakes is sent when it commits), delete a batch of trials past
+    retention; the studies past their wall time."""
     with state.db.write() as session:
         state.queue.expire(session)
+    if state.settings.trial_retention_days is not None:
+        with state.db.write() as session:
+            retention.prune(session, state.settings.trial_retention_days)
     with state.db.read() as session:
         return wall_time_over(session)
 

@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     controls_catalog: Path | None = Field(
         default=None, validation_alias=AliasChoices("PARETUNE_CONTROLS_CATALOG", "CIQ_SEARCH_SPACES_DIR"),
         description="the operator's CompileIQ search-space mirror (docs/acf.md); the service never downloads one")
+    trial_retention_days: float | None = Field(
+        default=None, gt=0,
+        description="trials of studies finished longer ago than this are deleted, but for their front, baseline "
+        "and candidates (days; none: kept)")
     signing_key_file: Path | None = Field(
         default=None, json_schema_extra={"shown_default": "`signing-key.pem` in the data dir, made on first use"},
         description="the artifact signing key, an Ed25519 PEM that every replica shares (docs/artifacts.md)")

@@ -145,6 +145,7 @@ class ShareView:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._noted: dict[int, int] | None = None  # trials queued since a refresh began reading
 
     # -- refresh -----------------------------------------------------------------------------
 
@@ -174,25 +175,38 @@ class ShareView:
             self._wake.clear()
 
     def refresh(self, session: Session) -> None:
+        with self._lock:
+            self._noted = {}  # trials queued while the database is read may be missing from it
         pools = load(session, utcnow())
         with self._lock:
             self.pools = pools
             self.refreshed_at = time.monotonic()
+            noted, self._noted = self._noted, None
+            self._count_queued(noted)
 
     def queued(self, studies: Mapping[int, int]) -> None:
         """Trials this process queued (after the commit): study id -> how many. A study not
         in the view yet is read at once."""
-        unknown = False
         with self._lock:
-            entries = {sid: e for pool in self.pools.values() for sid, e in pool.entries.items()}
-            for study_id, count in studies.items():
-                entry = entries.get(study_id)
-                if entry is None:
-                    unknown = True
-                else:
-                    entry.queued += count
+            if self._noted is not None:
+                for study_id, count in studies.items():
+                    self._noted[study_id] = self._noted.get(study_id, 0) + count
+            unknown = self._count_queued(studies)
         if unknown:
             self._wake.set()
+
+    def _count_queued(self, studies: Mapping[int, int]) -> bool:
+        """Whether a study is not in the view (under the lock). A count the database had
+        already is counted twice until the next refresh: a lease tries that study once in
+        vain, where a count missed would leave its trials to the pool's oldest-first order."""
+        unknown = False
+        for study_id, count in studies.items():
+            entry = next((p.entries[study_id] for p in self.pools.values() if study_id in p.entries), None)
+            if entry is None:
+                unknown = True
+            else:
+                entry.queued += count
+        return unknown
 
     # -- leasing ------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "db_pool_size": ("12", 12),
     "scheduler_process": ("true", True),
     "controls_catalog": ("/srv/compileiq", Path("/srv/compileiq")),
+    "trial_retention_days": ("30", 30.0),
     "signing_key_file": ("/etc/paretune/signing-key.pem", Path("/etc/paretune/signing-key.pem")),
 }
 

@@ -1,0 +1,200 @@
+"""Soak benchmark: the paced fleet for an hour on Postgres, with several teams whose studies
+are created and finish throughout, and trial retention on; whether memory, latency and the
+database stay flat.
+
+    .venv/bin/python bench/soak.py --minutes 60 --out bench/results/soak.json
+
+200 simulated workers (bench/fleet_clients.py, another process) whose trials take 1-3 s;
+four teams (weights 2:1:1:1 in the pool) each keep two studies of --study-trials running,
+a new one created as one finishes. Retention deletes the trials of studies finished more
+than --retention-minutes ago (but for their fronts and baselines) while leases go on.
+
+Every minute: trials/s, result latency p50/p99 (each result brings the next lease, so the
+lease is included), the server's RSS, Postgres connections of the database, the trials
+table's and its indexes' sizes, live and dead tuples, autovacuum runs. Flat: the last 10
+minutes' mean RSS and p99 within 10% of minutes 5-15's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+from fleet import machine, server_cpu_seconds, study_document  # noqa: E402
+from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
+
+TEAMS = {"t1": 2.0, "t2": 1.0, "t3": 1.0, "t4": 1.0}
+STUDIES_PER_TEAM = 2
+HOT = ("trials", "studies", "pool_usage", "validation_jobs")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Studies:
+    """Keeps every team at STUDIES_PER_TEAM running studies."""
+
+    def __init__(self, service: Any, tokens: dict[str, str], trials: int, parallelism: int) -> None:
+        self.clients = {team: service.client(token) for team, token in tokens.items()}
+        self.trials, self.parallelism = trials, parallelism
+        self.created = 0
+        self.finished = 0
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.top_up()
+            except Exception as exc:  # counted; the soak goes on
+                self.errors.append(repr(exc)[:200])
+            self.stop.wait(2.0)
+
+    def top_up(self) -> None:
+        finished = 0
+        for team, client in self.clients.items():
+            items = client.get("/v1/studies", params={"limit": 500}).json()["items"]
+            running = sum(s["state"] == "running" for s in items)
+            finished += sum(s["state"] == "completed" for s in items)
+            for _ in range(STUDIES_PER_TEAM - running):
+                doc = study_document(f"{team}-{self.created}", self.trials, self.parallelism, seed=self.created)
+                client.post("/v1/studies", json=doc).raise_for_status()
+                self.created += 1
+        self.finished = finished
+
+
+def sample(engine: Any, database: str, pid: int) -> dict[str, Any]:
+    with engine.connect() as c:
+        row: dict[str, Any] = {
+            "rss_mb": round(rss_mb(pid), 1),
+            "pg_connections": c.execute(text("select count(*) from pg_stat_activity where datname = :d"),
+                                        {"d": database}).scalar(),
+            "trials_mb": round(c.execute(text("select pg_table_size('trials')")).scalar() / 2**20, 1),
+            "trials_indexes_mb": round(c.execute(text("select pg_indexes_size('trials')")).scalar() / 2**20, 1),
+        }
+        for r in c.execute(text("select relname, n_live_tup, n_dead_tup, autovacuum_count from pg_stat_user_tables "
+                                "where relname = any(:t)"), {"t": list(HOT)}):
+            row[f"{r.relname}_live"] = r.n_live_tup
+            row[f"{r.relname}_dead"] = r.n_dead_tup
+            row[f"{r.relname}_autovacuums"] = r.autovacuum_count
+    return row
+
+
+def per_minute(data: dict[str, Any], started: float, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    done = np.array(data["done_at"]) - started
+    latency = np.array(data["result_ms"])
+    rows = []
+    for s in samples:
+        m = s["minute"]
+        inside = (done >= (m - 1) * 60) & (done < m * 60)
+        lat = latency[inside]
+        rows.append({**s, "trials_per_s": round(float(inside.sum()) / 60, 1),
+                     "result_p50_ms": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
+                     "result_p99_ms": round(float(np.percentile(lat, 99)), 1) if lat.size else None})
+    return rows
+
+
+def flatness(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def mean(key: str, lo: int, hi: int) -> float:
+        values = [r[key] for r in rows if lo <= r["minute"] <= hi and r.get(key) is not None]
+        return float(np.mean(values)) if values else float("nan")
+
+    last = rows[-1]["minute"]
+    out: dict[str, Any] = {}
+    for key in ("rss_mb", "result_p99_ms", "trials_per_s"):
+        early, late = mean(key, 5, 15), mean(key, last - 9, last)
+        out[key] = {"minutes_5_15": round(early, 1), "last_10": round(late, 1), "ratio": round(late / early, 3)}
+    out["flat"] = all(abs(out[k]["ratio"] - 1) <= 0.10 for k in ("rss_mb", "result_p99_ms"))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=int, default=60)
+    parser.add_argument("--workers", type=int, default=200)
+    parser.add_argument("--trial-s", type=float, default=2.0)
+    parser.add_argument("--study-trials", type=int, default=1500)
+    parser.add_argument("--retention-minutes", type=float, default=5.0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    db_url = create_postgres_database()
+    database = db_url.rsplit("/", 1)[1]
+    work = Path(tempfile.mkdtemp(prefix="soak-"))
+    env = {"PARETUNE_TRIAL_RETENTION_DAYS": str(args.retention_minutes / 1440)}
+    service = start_service(db_url, work, env)
+    engine = create_engine(db_url, pool_size=1)
+    try:
+        admin = service.client()
+        tokens = {team: service.make_user_token("admin", team) for team in TEAMS}
+        admin.put("/v1/pools/default", json={"teams": {t: {"weight": w} for t, w in TEAMS.items()}}).raise_for_status()
+        parallelism = max(1, args.workers // (len(TEAMS) * STUDIES_PER_TEAM) + 10)
+        studies = Studies(service, tokens, args.study_trials, parallelism)
+        studies.top_up()
+        studies.thread.start()
+        token_file = work / "worker-token"
+        token_file.write_text(service.make_worker_token())
+        out = work / "clients.json"
+        cpu_before = server_cpu_seconds(service.process.pid)
+        started = time.monotonic()
+        clients = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fleet_clients.py"), service.url,
+                                    str(token_file), "--workers", str(args.workers), "--until", "100000000",
+                                    "--seconds", str(args.minutes * 60), "--trial-s", str(args.trial_s),
+                                    "--out", str(out)])
+        samples = []
+        for minute in range(1, args.minutes + 1):
+            time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
+            samples.append({"minute": minute, **sample(engine, database, service.process.pid),
+                            "studies_created": studies.created, "studies_completed": studies.finished})
+            print(json.dumps(samples[-1]), flush=True)
+        clients.wait(timeout=300)
+        studies.stop.set()
+        studies.thread.join(30)
+        wall = time.monotonic() - started
+        server_cpu = server_cpu_seconds(service.process.pid) - cpu_before
+        data = json.loads(out.read_text())
+    finally:
+        service.stop()
+        engine.dispose()
+        drop_postgres_database(db_url)
+    rows = per_minute(data, started, samples)
+    summary = {
+        "date": date.today().isoformat(), "machine": machine(),
+        "command": "bench/soak.py " + " ".join(sys.argv[1:]),
+        "workers": args.workers, "trial_s": args.trial_s, "teams": TEAMS, "study_trials": args.study_trials,
+        "retention_minutes": args.retention_minutes,
+        "completed": len(data["done_at"]), "errors": data["error_count"], "error_examples": data["errors"][:5],
+        "studies_created": studies.created, "study_errors": studies.errors[:5],
+        "server_cpu_ms_per_trial": round(1000 * server_cpu / max(1, len(data["done_at"])), 2),
+        "wall_s": round(wall, 1), "flatness": flatness(rows), "minutes": rows,
+    }
+    args.out.write_text(json.dumps(summary, indent=2))
+    keys = ("minute", "trials_per_s", "result_p50_ms", "result_p99_ms", "rss_mb", "pg_connections", "trials_mb",
+            "trials_indexes_mb", "trials_live", "trials_dead", "trials_autovacuums")
+    print("\n" + " ".join(f"{k:>17}" for k in keys))
+    for r in rows:
+        print(" ".join(f"{r.get(k)!s:>17}" for k in keys))
+    print(json.dumps(summary["flatness"]))
+
+
+if __name__ == "__main__":
+    main()
