@@ -94,11 +94,13 @@ def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
 def _kernel(doc: sd.StudyDocument) -> tuple[KernelSpec, SearchSpace, dict[str, Any]]:
     """The kernel with a built-in's workload where the document gives none, the space (the
     document's, else the built-in's) and the built-in's baseline."""
-    kernel = KernelSpec.model_validate(doc.kernel.model_dump())
+    given = doc.kernel.model_dump(exclude={"module"})
+    kernel = KernelSpec.model_validate({**given, "entry": doc.kernel.module} if doc.kernel.module else given)
     space = SearchSpace(doc.space) if doc.space is not None else None
     if not kernel.builtin:
         if space is None:
-            raise sd.DocumentError("space", "a kernel given by source needs a search space")
+            raise sd.DocumentError("space", f"a kernel given by {'module' if doc.kernel.module else 'source'} needs "
+                                   "a search space (and its baseline: the library's own choice, in baseline)")
         return kernel, space, {}
     builtin = builtin_kernel(kernel.backend, kernel.builtin)
     if builtin is None:
