@@ -34,9 +34,13 @@ KNOWN_OBJECTIVES: dict[str, tuple[Direction, str, str]] = {
     "p99_ms": ("minimize", "ms", "99th percentile of cold per-call latency"),
     "energy_mj": ("minimize", "mJ", "energy per call in the hot window"),
     "power_w": ("minimize", "W", "average power in the hot window"),
+    # per token of the workload's mix (wire.per_token): from runtime_ms and energy_mj
+    "time_per_token_us": ("minimize", "us", "hot time per token of the traffic mix"),
+    "energy_per_token_mj": ("minimize", "mJ", "energy per token of the traffic mix"),
+    "tokens_per_joule": ("maximize", "tokens/J", "tokens per joule of the traffic mix"),
     **{name: ("minimize", unit, meaning) for name, (unit, meaning) in COMPILE_METRICS.items()},
 }
-ENERGY_OBJECTIVES = {"energy_mj", "power_w"}
+ENERGY_OBJECTIVES = {"energy_mj", "power_w", "energy_per_token_mj", "tokens_per_joule"}
 BACKENDS = ("cpu", "python", "triton", "cuda", "ptx")
 GPU_BACKENDS = frozenset({"triton", "cuda"})  # backends whose trials run on a GPU
 COMPILE_ONLY_BACKENDS = ("triton", "ptx")  # backends that build for a target without running

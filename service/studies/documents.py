@@ -11,6 +11,7 @@ from service.errors import Invalid, invalid_from_pydantic
 from service.scheduling import samplers, screening
 from service.studies import document as sd
 from service.studies.space import SearchSpace
+from wire import per_token
 from wire.contract import (
     COMPILE_METRICS,
     ControlsParameter,
@@ -59,6 +60,7 @@ def validate(raw: Any) -> sd.ResolvedDocument:
 def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
     objectives = sd.resolve_objectives(doc)
     kernel, space, builtin_default = _kernel(doc)
+    _per_token(objectives, kernel)
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
     sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives))
     _controls(space, sampler, kernel.backend)
@@ -108,6 +110,17 @@ def _kernel(doc: sd.StudyDocument) -> tuple[KernelSpec, SearchSpace, dict[str, A
     if not kernel.workload and builtin.workload:
         kernel.workload = [WorkloadShape.model_validate(w) for w in builtin.workload]
     return kernel, space if space is not None else SearchSpace(builtin.space), dict(builtin.default_config)
+
+
+def _per_token(objectives: list[sd.ResolvedObjective], kernel: KernelSpec) -> None:
+    """Per-token objectives need the token dim in every shape of the workload (wire.per_token)."""
+    named = [o.name for o in objectives if o.name in per_token.SOURCES]
+    if named:
+        try:
+            per_token.tokens_per_call(kernel.workload, per_token.token_dim(kernel))
+        except ValueError as exc:
+            field = "kernel.options.token_dim" if kernel.workload else "kernel.workload"
+            raise sd.DocumentError(field, f"{', '.join(named)}: {exc}") from None
 
 
 def _budget(budget: sd.Budget, grid: int | None) -> sd.ResolvedBudget:

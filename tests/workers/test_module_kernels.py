@@ -116,3 +116,16 @@ def test_a_triton_module_kernel_resolves_to_the_packages_function_and_its_harnes
     assert "def calculate_settings" in named.source
     with pytest.raises(Exception, match="needs its harness"):
         resolve(kernel.model_copy(update={"options": {}}), {}, "triton")
+
+
+def test_per_token_objectives_follow_from_the_measured_ones(installed: Path, cache) -> None:
+    """time_per_token_us = 1000 runtime_ms / m, m the weighted mean of the token dim: (3 x 4 + 16) / 4 = 7 rows."""
+    kernel = module_kernel(RMS, "rmsnorm", 512).model_copy(update={"options": {"problem": "rmsnorm",
+                                                                                "token_dim": "rows"}})
+    spec = make_spec(kernel, {"BLOCK_SIZE": 512, "NUM_WARPS": 4}, objectives=["time_per_token_us", "runtime_ms"])
+    result = execute_trial(spec, Context(cache))
+    assert result.status == "completed", result.message + result.log
+    runtime, per_token = result.metrics["runtime_ms"], result.metrics["time_per_token_us"]
+    assert per_token.value == pytest.approx(1000 * runtime.value / 7, rel=1e-12) and per_token.unit == "us"
+    assert per_token.ci_low == pytest.approx(1000 * runtime.ci_low / 7, rel=1e-12)
+    assert per_token.stats["max"] == pytest.approx(1000 * runtime.stats["max"] / 7, rel=1e-12)

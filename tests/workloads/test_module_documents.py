@@ -63,3 +63,14 @@ def test_a_module_kernel_needs_a_space_with_the_librarys_baseline() -> None:
     del raw["space"], raw["baseline"]
     error = refusal(raw)
     assert error.field == "space" and "given by module needs a search space" in error.message
+
+
+def test_per_token_objectives_need_the_token_dim_in_every_shape() -> None:
+    raw = document(module=LIGER_RMS, options={"harness_source": HARNESS})
+    raw["objectives"] = ["time_per_token_us", "tokens_per_joule"]
+    error = refusal(raw)
+    assert error.field == "kernel.options.token_dim" and "'m'" in error.message, error.message
+    raw["kernel"]["options"]["token_dim"] = "rows"
+    resolved = documents.validate(raw)
+    assert [(o.name, o.direction) for o in resolved.objectives] == [("time_per_token_us", "minimize"),
+                                                                    ("tokens_per_joule", "maximize")]
