@@ -22,6 +22,7 @@ from typing import Any
 from wire.artifact import ACF_PLACEHOLDER, AcfFile, Controls, KernelIdentity
 from wire.contract import NO_CONTROLS, KernelSpec
 from wire.failures import TrialFailure
+from wire.modules import identity_text, module_target
 from wire.options import (
     CUDA_PROGRAM_OPTIONS,
     NO_ACF,
@@ -54,8 +55,11 @@ def kernel_source(kernel: KernelSpec) -> tuple[str, str, str | None]:
         if builtin is None:
             raise ControlsError(f"no built-in {kernel.backend} kernel {kernel.builtin!r}")
         return builtin.name, kernel.source or builtin.read_source(), kernel.entry or builtin.entry
+    target = module_target(kernel)
+    if target is not None:
+        return target, identity_text(kernel), target
     if not kernel.source:
-        raise ControlsError("a kernel without `builtin` needs `source`")
+        raise ControlsError("a kernel without `builtin` needs `source` or `module`")
     return kernel.entry or "kernel", kernel.source, kernel.entry
 
 

@@ -121,13 +121,22 @@ def summary(doc: ArtifactDocument) -> str:
 
 @artifact_app.command("verify")
 def verify(
-    file: Annotated[Path, typer.Argument(help="the signed artifact file")],
+    file: Annotated[Path, typer.Argument(help="a signed artifact, or a file exported from artifacts")],
+    artifacts: Annotated[list[Path] | None, typer.Argument(
+        help="for an exported file: the signed artifacts it names (files, directories or bundles)")] = None,
     public_key: PublicKeyOpt = None,
     server: ServerOpt = None,
     token: TokenOpt = "",
     show: Annotated[bool, typer.Option(help="print the verified document as JSON")] = False,
 ) -> None:
-    """Check an artifact's sha256 and signature offline; exit status 2 when it fails."""
+    """Check an artifact's sha256 and signature offline, or an exported file (a vLLM tuned
+    config, a triton.Config module) against the artifact ids and sha256 it carries and the
+    signed artifacts it names; exit status 2 when it fails."""
+    if _is_export(file):
+        _verify_export(file, artifacts or [], public_key, server, token)
+        return
+    if artifacts:
+        _fail(f"{file} is a signed artifact, not an exported file: verify it alone")
     keys = trusted_keys(public_key, server, token)
     if keys is None:
         _fail("pass --public-key FILE (the service's key) or --server URL to fetch it")
@@ -401,17 +410,46 @@ def export_check(
     server: ServerOpt = None,
     token: TokenOpt = "",
 ) -> None:
-    """Check an exported file against its record and the signed artifacts; exit status 2 when it fails."""
-    from service.artifacts.exports import ExportError, ExportRecord, check, record_path
+    """Check an exported file against its record and the signed artifacts (as `paretune artifact
+    verify FILE ARTIFACTS...`); exit status 2 when it fails."""
+    _verify_export(file, artifacts, public_key, server, token)
+
+
+def _is_export(file: Path) -> bool:
+    """Whether `file` was exported from artifacts: its record is beside it, or it is a module
+    naming them."""
+    from service.artifacts.exports import carried_artifacts, record_path
+
+    if record_path(file).exists():
+        return True
+    try:
+        return carried_artifacts(file.read_bytes()) is not None
+    except OSError:
+        return False
+
+
+def _verify_export(file: Path, artifacts: list[Path], public_key: Path | None, server: str | None,
+                   token: str) -> None:
+    import hashlib
+
+    from service.artifacts.exports import ExportError, ExportRecord, record_path
+    from service.artifacts.exports import verify as verify_export
     from workers.runtime.apply import triton_config_arguments
 
+    record = None
+    if record_path(file).exists():
+        try:
+            record = ExportRecord.model_validate_json(record_path(file).read_bytes())
+        except (OSError, ValueError) as exc:
+            _fail(f"{record_path(file)}: not an export record: {exc}", code=2)
+    if not artifacts:
+        _fail(f"{file} is an exported file: pass the signed artifacts it names (files, directories or bundles) "
+              "after it, with --public-key or --server to verify them")
+    content = file.read_bytes()
     try:
-        record = ExportRecord.model_validate_json(record_path(file).read_bytes())
-    except (OSError, ValueError) as exc:
-        _fail(f"{record_path(file)}: {exc}")
-    try:
-        check(file.read_bytes(), record, _loaded(artifacts, public_key, server, token), triton_config_arguments)
+        checked = verify_export(content, file.name, record, _loaded(artifacts, public_key, server, token),
+                                triton_config_arguments)
     except ExportError as exc:
         _fail(f"{file}: {exc}", code=2)
-    typer.echo(f"OK {file}: sha256 {record.sha256}, made from "
-               + ", ".join(f"{ref.kernel} v{ref.version} ({ref.sha256[:12]})" for ref in record.artifacts))
+    typer.echo(f"OK {file}: sha256 {hashlib.sha256(content).hexdigest()}, made from "
+               + ", ".join(f"{kernel} v{version} ({str(sha)[:12]})" for kernel, version, sha in checked))

@@ -22,6 +22,7 @@ Pure: the caller reads and verifies the artifacts (workers.runtime.read_artifact
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import pprint
@@ -295,5 +296,63 @@ def check(content: bytes, record: ExportRecord, artifacts: Sequence[Signed], con
     """ExportError unless `content` is the file the record describes and the artifacts give it."""
     if hashlib.sha256(content).hexdigest() != record.sha256:
         raise ExportError(f"{record.file} changed after it was exported (its sha256 is not the record's)")
+    _carried_agree(content, record)
     if rebuild(record, artifacts, config_arguments).content != content:
         raise ExportError(f"the artifacts named by the record do not give {record.file}'s content")
+
+
+def carried_artifacts(content: bytes) -> list[dict[str, Any]] | None:
+    """The artifacts a triton.Config module names (its PARETUNE_ARTIFACTS), None for a file that
+    names none (a vLLM file: its record holds them)."""
+    try:
+        tree = ast.parse(content)
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PARETUNE_ARTIFACTS" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            return value if isinstance(value, list) and all(isinstance(v, dict) for v in value) else None
+    return None
+
+
+def _ids(refs: Sequence[dict[str, Any] | ArtifactRef]) -> list[tuple[Any, Any, Any]]:
+    return [(r["kernel"], r["version"], r["sha256"]) if isinstance(r, dict) else (r.kernel, r.version, r.sha256)
+            for r in refs]
+
+
+def _carried_agree(content: bytes, record: ExportRecord) -> None:
+    """What the file itself carries agrees with its record: a module's artifact ids, a vLLM
+    file's M keys."""
+    carried = carried_artifacts(content)
+    if carried is not None and _ids(carried) != _ids(record.artifacts):
+        raise ExportError(f"{record.file} names artifacts other than its record's")
+    if record.kind == "vllm_fused_moe":
+        keys = sorted(json.loads(content).keys() - {"triton_version"}, key=int)
+        if keys != sorted(record.buckets, key=int):
+            raise ExportError(f"{record.file} holds M keys {', '.join(keys)}, its record {', '.join(record.buckets)}")
+
+
+def verify(content: bytes, file_name: str, record: ExportRecord | None, artifacts: Sequence[Signed],
+           config_arguments: ConfigArguments) -> list[tuple[Any, Any, Any]]:
+    """Check an exported file against the artifact ids and sha256 it carries (in itself, or in
+    its record: vLLM's loader reads every key of its file as a batch size) and against the signed
+    artifacts: they are those named and give exactly its bytes. Returns the (kernel, version,
+    sha256) checked; ExportError says what does not hold."""
+    if record is not None:
+        check(content, record, artifacts, config_arguments)
+        return _ids(record.artifacts)
+    carried = carried_artifacts(content)
+    if carried is None:
+        raise ExportError(f"{file_name} names no artifacts and has no record beside it ({file_name}{RECORD_SUFFIX}): "
+                          "a vLLM file's artifacts are in its record; keep the two together")
+    given = {a.sha256: a for a in artifacts}
+    missing = [f"{k} v{v} ({str(sha)[:12]})" for k, v, sha in _ids(carried) if sha not in given]
+    if missing:
+        raise ExportError(f"{file_name} was made from artifacts not given here: {', '.join(missing)}")
+    rebuilt = triton_configs([given[str(sha)] for _, _, sha in _ids(carried)], config_arguments, file_name)
+    if _ids(rebuilt.record.artifacts) != _ids(carried) or rebuilt.content != content:
+        raise ExportError(f"{file_name} is not what the artifacts it names give: it changed after it was exported")
+    return _ids(carried)

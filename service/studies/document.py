@@ -21,6 +21,7 @@ from service.studies.limits import MAX_DEPTH
 from service.studies.space import MAX_GRID_POINTS, MAX_PARAMETERS, SearchSpace
 from service.trials.fairshare import Priority
 from wire.contract import COMPILE_METRICS, DeviceLimits, KernelSpec, MeasureSettings, SandboxLimits, WorkloadShape
+from wire.modules import is_module_target
 from wire.space import MAX_STRING, NAME_RE, Parameter, Scalar, StrictModel, param_default, value_problem
 
 if TYPE_CHECKING:
@@ -34,9 +35,13 @@ KNOWN_OBJECTIVES: dict[str, tuple[Direction, str, str]] = {
     "p99_ms": ("minimize", "ms", "99th percentile of cold per-call latency"),
     "energy_mj": ("minimize", "mJ", "energy per call in the hot window"),
     "power_w": ("minimize", "W", "average power in the hot window"),
+    # per token of the workload's mix (wire.per_token): from runtime_ms and energy_mj
+    "time_per_token_us": ("minimize", "us", "hot time per token of the traffic mix"),
+    "energy_per_token_mj": ("minimize", "mJ", "energy per token of the traffic mix"),
+    "tokens_per_joule": ("maximize", "tokens/J", "tokens per joule of the traffic mix"),
     **{name: ("minimize", unit, meaning) for name, (unit, meaning) in COMPILE_METRICS.items()},
 }
-ENERGY_OBJECTIVES = {"energy_mj", "power_w"}
+ENERGY_OBJECTIVES = {"energy_mj", "power_w", "energy_per_token_mj", "tokens_per_joule"}
 BACKENDS = ("cpu", "python", "triton", "cuda", "ptx")
 GPU_BACKENDS = frozenset({"triton", "cuda"})  # backends whose trials run on a GPU
 COMPILE_ONLY_BACKENDS = ("triton", "ptx")  # backends that build for a target without running
@@ -69,6 +74,8 @@ class Kernel(StrictModel):
     builtin: str | None = Field(default=None, max_length=100)
     source: str | None = Field(default=None, max_length=500_000)
     entry: str | None = Field(default=None, max_length=200)
+    # package.path:function of a package installed on the workers (wire.modules)
+    module: str | None = Field(default=None, max_length=200)
     workload: list[WorkloadShape] = Field(default_factory=list, max_length=1000)
     options: dict[ShortText, Any] = Field(default_factory=dict, max_length=MAX_OPTION_KEYS)
 
@@ -81,9 +88,31 @@ class Kernel(StrictModel):
 
     @model_validator(mode="after")
     def _what(self) -> Kernel:
-        if bool(self.builtin) == bool(self.source):
-            raise ValueError("name exactly one of builtin (a built-in kernel) or source")
+        if [bool(self.builtin), bool(self.source), bool(self.module)].count(True) != 1:
+            raise ValueError("name exactly one of builtin (a built-in kernel), source or module (package.path:function "
+                             "of a package installed on the workers)")
+        if self.module is not None:
+            _check_module(self)
         return self
+
+
+def _check_module(kernel: Kernel) -> None:
+    if not is_module_target(kernel.module):
+        raise ValueError(f"module {kernel.module!r}: write package.path:function, e.g. "
+                         "liger_kernel.ops.rms_norm:_rms_norm_forward_kernel")
+    if kernel.entry is not None:
+        raise ValueError("module names the kernel's function: leave entry out")
+    if kernel.backend not in ("cpu", "triton"):
+        raise ValueError(f"module kernels run on the triton backend (a Triton JIT function) or on the cpu backend "
+                         f"(a cpu stand-in of the same shape), not {kernel.backend!r}"
+                         + ("; a python objective names its module:function in source" if kernel.backend == "python"
+                            else ""))
+    if kernel.backend == "triton" and not (kernel.options.get("harness_source") or kernel.options.get("harness")):
+        raise ValueError("a Triton kernel given by module needs its harness (make_inputs, arguments, grid, output, "
+                         "reference, DTYPE): options.harness_source (its text) or options.harness (a module name)")
+    if kernel.backend == "cpu" and not kernel.options.get("problem"):
+        raise ValueError("a cpu kernel given by module needs options.problem: the calling convention and reference "
+                         "it implements (rmsnorm, swiglu, matmul, stencil)")
 
 
 class WarmStart(StrictModel):

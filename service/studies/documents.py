@@ -11,6 +11,7 @@ from service.errors import Invalid, invalid_from_pydantic
 from service.scheduling import samplers, screening
 from service.studies import document as sd
 from service.studies.space import SearchSpace
+from wire import per_token
 from wire.contract import (
     COMPILE_METRICS,
     ControlsParameter,
@@ -59,6 +60,7 @@ def validate(raw: Any) -> sd.ResolvedDocument:
 def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
     objectives = sd.resolve_objectives(doc)
     kernel, space, builtin_default = _kernel(doc)
+    _per_token(objectives, kernel)
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
     sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives))
     _controls(space, sampler, kernel.backend)
@@ -95,11 +97,13 @@ def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
 def _kernel(doc: sd.StudyDocument) -> tuple[KernelSpec, SearchSpace, dict[str, Any]]:
     """The kernel with a built-in's workload where the document gives none, the space (the
     document's, else the built-in's) and the built-in's baseline."""
-    kernel = KernelSpec.model_validate(doc.kernel.model_dump())
+    given = doc.kernel.model_dump(exclude={"module"})
+    kernel = KernelSpec.model_validate({**given, "entry": doc.kernel.module} if doc.kernel.module else given)
     space = SearchSpace(doc.space) if doc.space is not None else None
     if not kernel.builtin:
         if space is None:
-            raise sd.DocumentError("space", "a kernel given by source needs a search space")
+            raise sd.DocumentError("space", f"a kernel given by {'module' if doc.kernel.module else 'source'} needs "
+                                   "a search space (and its baseline: the library's own choice, in baseline)")
         return kernel, space, {}
     builtin = builtin_kernel(kernel.backend, kernel.builtin)
     if builtin is None:
@@ -107,6 +111,17 @@ def _kernel(doc: sd.StudyDocument) -> tuple[KernelSpec, SearchSpace, dict[str, A
     if not kernel.workload and builtin.workload:
         kernel.workload = [WorkloadShape.model_validate(w) for w in builtin.workload]
     return kernel, space if space is not None else SearchSpace(builtin.space), dict(builtin.default_config)
+
+
+def _per_token(objectives: list[sd.ResolvedObjective], kernel: KernelSpec) -> None:
+    """Per-token objectives need the token dim in every shape of the workload (wire.per_token)."""
+    named = [o.name for o in objectives if o.name in per_token.SOURCES]
+    if named:
+        try:
+            per_token.tokens_per_call(kernel.workload, per_token.token_dim(kernel))
+        except ValueError as exc:
+            field = "kernel.options.token_dim" if kernel.workload else "kernel.workload"
+            raise sd.DocumentError(field, f"{', '.join(named)}: {exc}") from None
 
 
 def _budget(budget: sd.Budget, grid: int | None) -> sd.ResolvedBudget:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 
 from service.workloads.batching import Serving, SimulationError, simulate
 from service.workloads.mix import VLLM_BATCH_SIZES, Bin, TraceInfo, TrafficMix, parse_buckets, sha256_of, traffic_mix
@@ -140,3 +141,50 @@ def _kernel(kernel: LayerKernel, mix: TrafficMix | None) -> dict[str, Any]:
     if mix is not None and kernel.token_dim:
         body["workload"] = [s.model_dump() for s in kernel.workload(mix.workload, mix.dim)]
     return body
+
+
+@workload_app.command("campaign")
+def run_campaign(
+    file: Annotated[Path, typer.Argument(help="the campaign document (YAML or JSON)", exists=True, dir_okay=False)],
+    workload: Annotated[Path, typer.Option(help="the traffic: a `workload import --json` result", exists=True,
+                                           dir_okay=False)],
+    server: Annotated[str, typer.Option(envvar="PARETUNE_SERVER", help="control plane URL")] = "http://127.0.0.1:8000",
+    token: Annotated[str, typer.Option(envvar="PARETUNE_TOKEN", help="API token")] = "",
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the studies")] = 3600.0,
+    plan_only: Annotated[bool, typer.Option("--plan", help="print the study documents, create nothing")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """A study per kernel of a model's layer (per M bucket where asked) under a traffic mix; waits
+    for them and prints each kernel's front and the layer's time per token, baseline and tuned."""
+    from service import safe_yaml
+    from service.workloads.campaign import CampaignDocument, plan
+
+    try:
+        raw = safe_yaml.load(file.read_text(), max_bytes=1 << 22, max_depth=32, max_aliases=64)
+        campaign = CampaignDocument.model_validate(raw)
+        mix = TrafficMix.model_validate_json(workload.read_text())
+        planned = plan(campaign, mix.workload, mix.dim)
+    except (PresetError, ValueError, safe_yaml.DocumentRefused, yaml.YAMLError) as exc:
+        _fail(f"{file}: {exc}")
+    if plan_only:
+        typer.echo(json.dumps([p.document for p in planned], indent=2))
+        return
+    from service.workloads.campaign_client import run
+
+    outcome = run(planned, server, token, timeout)
+    typer.echo(json.dumps(outcome, indent=2) if as_json else _campaign_report(outcome))
+
+
+def _campaign_report(outcome: dict[str, Any]) -> str:
+    lines = [f"{'study':>6}  {'kernel':<34} {'state':<10} {'front':>5} {'baseline us/token':>18} "
+             f"{'best us/token':>14} {'ratio':>6}"]
+    for s in outcome["studies"]:
+        best, base = s.get("best_per_token_us"), s.get("baseline_per_token_us")
+        ratio = f"{best / base:6.3f}" if best and base else "     -"
+        lines.append(f"{s['id']:>6}  {s['name'][-34:]:<34} {s['state']:<10} {s['front']:>5} "
+                     f"{base or 0:>18.4f} {best or 0:>14.4f} {ratio}")
+    layer = outcome.get("layer") or {}
+    if layer:
+        lines += ["", f"layer ({', '.join(layer['kernels'])}), time per token: baseline {layer['baseline_us']:.4f} us, "
+                      f"tuned {layer['tuned_us']:.4f} us ({layer['tuned_us'] / layer['baseline_us']:.3f}x)"]
+    return "\n".join(lines)

@@ -1,5 +1,8 @@
 """The cpu backend: a C kernel built with the system compiler into a shared library under
 the trial's flags, loaded with ctypes, checked against a numpy reference and timed on the host.
+The C source is a built-in's, the study's, or that of a kernel object of an installed package
+(`module: package.path:function`, its `src` and `__name__`, as a Triton JIT function carries
+them): the cpu stand-in of a third-party Triton kernel.
 
 Configuration keys (all optional):
   opt            "-O0" .. "-O3", "-Os", "-Ofast"
@@ -34,9 +37,12 @@ import numpy as np
 from wire.contract import FailureReason, KernelSpec, MeasureSettings, Metric
 from wire.failures import TrialFailure
 from wire.kernels import get_builtin
+from wire.modules import identity_text, module_target
 from wire.options import cpu_flags as flags_for
 from workers.backends.base import Backend, CheckOutcome, CompiledKernel
 from workers.backends.cpu_problems import Case, Problem, get_problem
+from workers.backends.modules import identity as module_identity
+from workers.backends.modules import import_kernel, kernel_source
 from workers.fingerprint import cpu_model
 from workers.measure import rapl, timing
 from workers.measure.stats import summarize
@@ -66,8 +72,11 @@ def resolve(kernel: KernelSpec) -> tuple[str, str, Problem, dict[str, Any]]:
         options = {**builtin.options, **options}
     elif kernel.source:
         source, entry = kernel.source, kernel.entry
+    elif (target := module_target(kernel)) is not None:
+        found = import_kernel(target)
+        source, entry = kernel_source(found, target), getattr(found, "__name__", None) or target.partition(":")[2]
     else:
-        raise TrialFailure(FailureReason.ERROR, "a cpu kernel needs `builtin` or `source`")
+        raise TrialFailure(FailureReason.ERROR, "a cpu kernel needs `builtin`, `source` or `module`")
     problem_name = options.get("problem") or entry
     try:
         problem = get_problem(str(problem_name))
@@ -111,8 +120,12 @@ class CpuBackend(Backend):
         }
 
     def cache_key(self, kernel: KernelSpec, config: dict[str, Any], compile_only: bool = False) -> str:
-        source, entry, problem, options = resolve(kernel)
+        if module_target(kernel):  # not imported in the agent: its reference and package version
+            source, entry, options = identity_text(kernel), kernel.entry, dict(kernel.options)
+        else:
+            source, entry, _, options = resolve(kernel)
         identity = {
+            **module_identity(kernel),
             "backend": self.name,
             "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
             "entry": entry,
@@ -152,6 +165,7 @@ class CpuBackend(Backend):
             "library_bytes": (workdir / "kernel.so").stat().st_size,
             "entry": entry,
             "problem": problem.name,
+            **module_identity(kernel),
         }
         return CompiledKernel(workdir, {"library": "kernel.so", "source": "kernel.c"}, report, log)
 

@@ -138,7 +138,81 @@ class Stencil(Problem):
         )
 
 
-PROBLEMS: dict[str, Problem] = {p.name: p for p in (Matmul(), Stencil())}
+def _rows_cols(name: str, dims: dict[str, int]) -> dict[str, int]:
+    rows, cols = dims.get("rows"), dims.get("cols")
+    if not all(isinstance(v, int) and v > 0 for v in (rows, cols)):
+        raise ValueError(f"{name} needs positive dims rows and cols, got {dims}")
+    return {"rows": rows, "cols": cols}  # type: ignore[dict-item]
+
+
+class RmsNorm(Problem):
+    """y = x / sqrt(mean(x^2) + eps) * w over each row (a layer's RMSNorm forward)."""
+
+    name = "rmsnorm"
+    abi = "void f(int rows, int cols, const float *x, const float *w, float *y, float eps)"
+    tolerance = 1e-5
+    eps = 1e-6
+
+    def shape(self, dims: dict[str, int]) -> dict[str, int]:
+        return _rows_cols(self.name, dims)
+
+    def edge_shapes(self) -> list[dict[str, int]]:
+        return [{"rows": 3, "cols": 37}]
+
+    def case(self, fn: Any, dims: dict[str, int], rng: np.random.Generator) -> Case:
+        rows, cols = dims["rows"], dims["cols"]
+        x = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
+        w = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+        y = np.full((rows, cols), np.nan, dtype=np.float32)
+        fn.argtypes = [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float]
+        fn.restype = None
+        args = (rows, cols, _ptr(x), _ptr(w), _ptr(y), self.eps)
+
+        def call() -> None:
+            fn(*args)
+
+        def reference() -> np.ndarray:
+            x64 = x.astype(np.float64)
+            return x64 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + self.eps) * w.astype(np.float64)
+
+        return Case(dims=dims, call=call, output=y, reference=reference, flops=4.0 * rows * cols,
+                    nbytes=x.nbytes + w.nbytes + y.nbytes, buffers=(x, w, y))
+
+
+class SwiGlu(Problem):
+    """c = silu(a) * b elementwise over rows x cols (the MLP's gate, Liger's swiglu forward)."""
+
+    name = "swiglu"
+    abi = "void f(int rows, int cols, const float *a, const float *b, float *c)"
+    tolerance = 1e-5
+
+    def shape(self, dims: dict[str, int]) -> dict[str, int]:
+        return _rows_cols(self.name, dims)
+
+    def edge_shapes(self) -> list[dict[str, int]]:
+        return [{"rows": 3, "cols": 37}]
+
+    def case(self, fn: Any, dims: dict[str, int], rng: np.random.Generator) -> Case:
+        rows, cols = dims["rows"], dims["cols"]
+        a = rng.uniform(-4, 4, (rows, cols)).astype(np.float32)
+        b = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
+        c = np.full((rows, cols), np.nan, dtype=np.float32)
+        fn.argtypes = [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3
+        fn.restype = None
+        args = (rows, cols, _ptr(a), _ptr(b), _ptr(c))
+
+        def call() -> None:
+            fn(*args)
+
+        def reference() -> np.ndarray:
+            a64 = a.astype(np.float64)
+            return a64 / (1.0 + np.exp(-a64)) * b.astype(np.float64)
+
+        return Case(dims=dims, call=call, output=c, reference=reference, flops=5.0 * rows * cols,
+                    nbytes=a.nbytes + b.nbytes + c.nbytes, buffers=(a, b, c))
+
+
+PROBLEMS: dict[str, Problem] = {p.name: p for p in (Matmul(), Stencil(), RmsNorm(), SwiGlu())}
 
 
 def get_problem(name: str) -> Problem:

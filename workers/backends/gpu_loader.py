@@ -4,7 +4,9 @@ A GPU kernel comes with a *harness*: plain Python that makes inputs for a worklo
 computes the reference, names the output and lays out the launch. For Triton the harness
 lives in the same module as the `@triton.jit` kernel; for CUDA C++ it is a Python module
 named by `options.harness` (a built-in's, such as `wire.kernels.gpu.rmsnorm`) or sent as
-text in `options.harness_source`.
+text in `options.harness_source`; so is the harness of a Triton kernel given by module
+(`package.path:function`, an installed package's JIT function: wire.modules), whose launch
+grid is the harness's `grid`.
 
 Triton harness (module-level names): `DTYPE`, `make_inputs(dims, device, generator)`,
 `arguments(inputs, dims)` (the runtime arguments, in order), `grid(dims, meta)`,
@@ -29,6 +31,7 @@ from typing import Any
 from wire.contract import DeviceLimits, FailureReason, KernelSpec, WorkloadShape
 from wire.failures import TrialFailure
 from wire.kernels.resources import ResourceUse, describe, violations
+from wire.modules import module_target
 
 LEGACY_KERNELS = "workers.kernels."
 
@@ -65,12 +68,14 @@ def resolve(kernel: KernelSpec, config: dict[str, Any], backend: str) -> GpuKern
         merged = {**builtin.default_config, **config}
         name = builtin.name
     else:
-        if not kernel.source or not kernel.entry:
+        target = module_target(kernel)
+        if target is None and (not kernel.source or not kernel.entry):
             raise TrialFailure(
-                FailureReason.ERROR, "a kernel without `builtin` needs `source` and `entry`"
+                FailureReason.ERROR, "a kernel without `builtin` needs `source` and `entry`, or `module`"
             )
-        source, entry, options = kernel.source, kernel.entry, dict(kernel.options)
-        workload, merged, name = list(kernel.workload), dict(config), "custom"
+        source = module_harness(kernel) if target is not None else str(kernel.source)
+        entry, options = str(kernel.entry), dict(kernel.options)
+        workload, merged, name = list(kernel.workload), dict(config), target or "custom"
     if not workload:
         raise TrialFailure(
             FailureReason.ERROR, "the kernel names no workload shapes; add kernel.workload"
@@ -84,6 +89,24 @@ def resolve(kernel: KernelSpec, config: dict[str, Any], backend: str) -> GpuKern
         workload=workload,
         config=merged,
     )
+
+
+def module_harness(kernel: KernelSpec) -> str:
+    """The harness of a kernel given by module (the JIT function is the package's): its text,
+    options.harness_source, or the source of the module options.harness names."""
+    text = kernel.options.get("harness_source")
+    if text:
+        return str(text)
+    name = kernel.options.get("harness")
+    spec = importlib.util.find_spec(harness_module(str(name))) if name else None
+    if spec is None or not spec.origin:
+        raise TrialFailure(
+            FailureReason.ERROR,
+            f"a kernel given by module ({kernel.entry}) needs its harness: options.harness_source (make_inputs, "
+            "arguments, grid, output, reference, DTYPE) or options.harness (an importable module)"
+            + (f"; no module {name!r} here" if name else ""),
+        )
+    return Path(spec.origin).read_text()
 
 
 def shape_key(dims: dict[str, int]) -> str:

@@ -45,6 +45,7 @@ from workers.backends.gpu_loader import (
     shape_key,
     warm_up_gpu,
 )
+from workers.backends.modules import identity as module_identity
 from workers.backends.triton_kernel import (
     HARNESS,
     REPORT_FILE,
@@ -121,6 +122,7 @@ class TritonBackend(Backend):
     def cache_key(self, kernel: KernelSpec, config: dict[str, Any], compile_only: bool = False) -> str:
         resolved = resolve(kernel, config, self.name)
         identity = {
+            **module_identity(kernel),
             "source": resolved.source_hash,
             "entry": resolved.entry,
             "config": resolved.config,
@@ -155,6 +157,7 @@ class TritonBackend(Backend):
             "shapes": {},
             "triton": package_version("triton"),
             "ptxas": ptxas_label(),
+            **module_identity(kernel),
         }
         import torch
 

@@ -15,8 +15,10 @@ from typing import Any
 from wire.contract import FailureReason, KernelSpec, Metric
 from wire.failures import TrialFailure
 from wire.kernels.resources import ResourceUse
+from wire.modules import is_module_target
 from wire.options import TRITON_COMPILE_OPTIONS, split_config
 from workers.backends.gpu_loader import GpuKernel
+from workers.backends.modules import import_kernel
 from workers.compilers import controls, ptxas, toolchains
 from workers.measure.gpu_toolchain import acf_ptxas_flags, format_version, ptxas_version_of, supports_acf
 from workers.runtime.apply import triton_ptxas_version
@@ -78,6 +80,9 @@ def applied_controls(kernel: KernelSpec, resolved: GpuKernel, directory: Path,
 
 
 def jit_of(module: ModuleType, kernel: GpuKernel) -> Any:
+    """The kernel's JIT function: the source's, or an installed package's (`package.path:function`)."""
+    if is_module_target(kernel.entry):
+        return import_kernel(kernel.entry)
     jit = getattr(module, kernel.entry, None)
     if jit is None:
         raise TrialFailure(FailureReason.COMPILE_ERROR, f"the source defines no kernel named {kernel.entry!r}")

@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from wire import per_token
 from wire.contract import FailureReason, TrialSpec
 from wire.failures import TrialFailure
 from workers.backends import BackendUnavailable, get_backend
@@ -70,7 +71,9 @@ def _run(
         )
     write_whole(jobdir / PHASE_FILE, "measure")
     started = time.perf_counter()
-    metrics, environment = backend.measure(spec.kernel, spec.config, built, spec.objectives, spec.measure)
+    metrics, environment = backend.measure(spec.kernel, spec.config, built, per_token.measured(spec.objectives),
+                                           spec.measure)
+    metrics.update(per_token.derived(metrics, spec.objectives, spec.kernel))
     partial["timings"]["measure_s"] = time.perf_counter() - started
     return {
         "metrics": {name: m.model_dump(mode="json") for name, m in metrics.items()},

@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from wire import per_token
 from wire.contract import FailureReason, KernelSpec, ShapeCorrectness, ValidationSpec, WorkloadShape
 from wire.failures import TrialFailure
 from workers.backends import get_backend
@@ -135,7 +136,9 @@ def _measure(
     try:
         if spec.compile_only:
             built = _compiled_again(backend, spec, config, built, jobdir)
-        metrics, environment = backend.measure(spec.kernel, config, built, spec.objectives, spec.measure)
+        metrics, environment = backend.measure(spec.kernel, config, built, per_token.measured(spec.objectives),
+                                               spec.measure)
+        metrics.update(per_token.derived(metrics, spec.objectives, spec.kernel))
     except TrialFailure as exc:
         record["failure"] = _failure(exc.reason, exc.message)
         return False
