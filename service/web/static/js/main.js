@@ -4,6 +4,7 @@ import { auth, get } from "./api.js";
 import { navigate, route, start } from "./router.js";
 import { artifactView, artifactsView } from "./views/artifacts.js";
 import { loginView } from "./views/login.js";
+import { poolsView } from "./views/pools.js";
 import { shell } from "./views/shell.js";
 import { studiesView } from "./views/studies.js";
 import { studyView } from "./views/study.js";
@@ -16,6 +17,7 @@ route("/ui/studies/:id", studyView);
 route("/ui/studies/:id/trials/:number", trialView);
 route("/ui/artifacts", artifactsView);
 route("/ui/artifacts/:id", artifactView);
+route("/ui/pools", poolsView);
 
 const app = document.getElementById("app");
 let cleanup = null;

@@ -42,7 +42,7 @@ export function shell(root, mePromise) {
   replace(root,
     h("header", { class: "topbar" },
       h("div", { class: "topbar-inner" }, brand(), crumbs, h("div", { class: "spacer" }),
-        h("a", { href: "/ui/artifacts", class: "btn btn-ghost", id: "nav-artifacts" }, "Artifacts"), user, themeButton, signOut)),
+        h("a", { href: "/ui/artifacts", class: "btn btn-ghost", id: "nav-artifacts" }, "Artifacts"), h("a", { href: "/ui/pools", class: "btn btn-ghost", id: "nav-pools" }, "Pools"), user, themeButton, signOut)),
     main);
   mePromise.then((me) => {
     replace(user,

@@ -93,13 +93,15 @@ class StudyPage {
     this.frontCount = h("span", { class: "count" });
 
     const meta = [`#${s.id}`, `pool ${s.pool}`, `${s.backend} backend`, `${s.sampler} sampler`,
-      `parallelism ${s.parallelism}`];
+      `parallelism ${s.parallelism}`, ...(s.priority && s.priority !== "normal" ? [`priority ${s.priority}`] : [])];
     const head = h("div", { class: "page-head study-head" },
       h("div", { class: "grow" },
         h("div", { class: "title-row" }, h("h1", null, s.name), this.badge, this.live),
         s.document?.description ? h("p", { class: "description" }, s.document.description) : null,
         h("div", { class: "meta" }, meta.map((m) => h("span", null, m)),
-          h("span", { title: stamp(s.created_at) }, `created ${ago(s.created_at)}`))),
+          h("span", { title: stamp(s.created_at) }, `created ${ago(s.created_at)}`)),
+        s.queued_reason ? h("p", { class: "queued-reason", id: "queued-reason" }, "Waiting: ", s.queued_reason, " (",
+          h("a", { href: "/ui/pools" }, "pools"), ")") : null),
       this.actions);
 
     const scatterCard = this.buildScatter();
