@@ -13,6 +13,9 @@ Every minute: trials/s, result latency p50/p99 (each result brings the next leas
 lease is included), the server's RSS, Postgres connections of the database, the trials
 table's and its indexes' sizes, live and dead tuples, autovacuum runs. Flat: the last 10
 minutes' mean RSS and p99 within 10% of minutes 5-15's.
+
+A Postgres server with autovacuum off (a test server may run so) gets it on for the soak's
+duration and back off afterwards: a deployment runs with it on (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
-from fleet import machine, server_cpu_seconds, study_document  # noqa: E402
+from fleet import _stop_on_sigterm, machine, server_cpu_seconds, study_document  # noqa: E402
 from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
 
 TEAMS = {"t1": 2.0, "t2": 1.0, "t3": 1.0, "t4": 1.0}
@@ -80,6 +83,17 @@ class Studies:
                 client.post("/v1/studies", json=doc).raise_for_status()
                 self.created += 1
         self.finished = finished
+
+
+def set_autovacuum(engine: Any, on: bool) -> bool:
+    """Turn the server's autovacuum on, or (False) back to what its configuration says;
+    whether it was on before."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+        was = c.execute(text("show autovacuum")).scalar() == "on"
+        if was != on:
+            c.execute(text("alter system set autovacuum = on" if on else "alter system reset autovacuum"))
+            c.execute(text("select pg_reload_conf()"))
+    return was
 
 
 def sample(engine: Any, database: str, pid: int) -> dict[str, Any]:
@@ -128,6 +142,7 @@ def flatness(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    _stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=int, default=60)
     parser.add_argument("--workers", type=int, default=200)
@@ -143,6 +158,9 @@ def main() -> None:
     env = {"PARETUNE_TRIAL_RETENTION_DAYS": str(args.retention_minutes / 1440)}
     service = start_service(db_url, work, env)
     engine = create_engine(db_url, pool_size=1)
+    autovacuum_was = set_autovacuum(engine, True)
+    clients: subprocess.Popen[bytes] | None = None
+    studies: Studies | None = None
     try:
         admin = service.client()
         tokens = {team: service.make_user_token("admin", team) for team in TEAMS}
@@ -173,7 +191,12 @@ def main() -> None:
         server_cpu = server_cpu_seconds(service.process.pid) - cpu_before
         data = json.loads(out.read_text())
     finally:
+        if clients is not None and clients.poll() is None:
+            clients.kill()
+        if studies is not None:
+            studies.stop.set()
         service.stop()
+        set_autovacuum(engine, autovacuum_was)
         engine.dispose()
         drop_postgres_database(db_url)
     rows = per_minute(data, started, samples)
@@ -181,7 +204,7 @@ def main() -> None:
         "date": date.today().isoformat(), "machine": machine(),
         "command": "bench/soak.py " + " ".join(sys.argv[1:]),
         "workers": args.workers, "trial_s": args.trial_s, "teams": TEAMS, "study_trials": args.study_trials,
-        "retention_minutes": args.retention_minutes,
+        "retention_minutes": args.retention_minutes, "autovacuum_was_on": autovacuum_was,
         "completed": len(data["done_at"]), "errors": data["error_count"], "error_examples": data["errors"][:5],
         "studies_created": studies.created, "study_errors": studies.errors[:5],
         "server_cpu_ms_per_trial": round(1000 * server_cpu / max(1, len(data["done_at"])), 2),

@@ -90,6 +90,8 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     for trial, optuna_id in asked.trials:
         mirror.adopt(trial, optuna_id)
     mirror.persist(session)  # a search engine's state, committed with the step
+    if study.state in STUDY_FINISHED:  # its sampler is done: a straggler's step rebuilds the mirror
+        cache.drop(study.id)
     return report
 
 
