@@ -1,0 +1,104 @@
+"""Lease cost against the size of the queue: whether the fair-share lease stays flat as the
+queued trials and the studies of a pool grow.
+
+    .venv/bin/python bench/lease_scale.py [--cycles 400] [--shapes 1x100,1x1000,10x100,100x100,400x25]
+
+For each shape STUDIESxPARALLELISM, on a fresh Postgres database: that many studies of four
+teams, each keeping `parallelism` trials in flight (so studies x parallelism are queued),
+then one worker leases and reports `--cycles` trials in a row, each result asking for the next
+lease (the agent's way). Reported: the median and p99 of that request (report + lease), and
+the server's CPU per trial. Flat: p99 at the largest queue within noise of the smallest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+from fleet import machine, server_cpu_seconds, study_document  # noqa: E402
+from fleet_clients import objective  # noqa: E402
+from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
+
+TEAMS = ("t1", "t2", "t3", "t4")
+
+
+def run(studies: int, parallelism: int, cycles: int) -> dict[str, Any]:
+    db_url = create_postgres_database()
+    service = start_service(db_url, Path(tempfile.mkdtemp(prefix="lease-scale-")))
+    try:
+        admin = service.client()
+        clients = {t: service.client(service.make_user_token("admin", t)) for t in TEAMS}
+        for i in range(studies):
+            doc = study_document(f"s{i}", 100_000, parallelism, seed=i)
+            clients[TEAMS[i % len(TEAMS)]].post("/v1/studies", json=doc).raise_for_status()
+        target = studies * parallelism
+        deadline = time.monotonic() + 300
+        with service.client() as c:
+            while time.monotonic() < deadline:
+                in_flight = sum(s["progress"]["in_flight"] for s in c.get("/v1/studies", params={"limit": 500})
+                                .json()["items"])
+                if in_flight >= target:
+                    break
+                time.sleep(0.5)
+        worker = service.client(service.make_worker_token())
+        worker_id = worker.post("/v1/workers/register", json={
+            "name": "bench", "pool": "default", "fingerprint": {"backends": ["python"]}}).json()["worker_id"]
+        held = worker.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 5}).json()
+        cpu_before = server_cpu_seconds(service.process.pid)
+        latencies = []
+        for _ in range(cycles):
+            values = objective(held["trial"]["config"])
+            body = {"status": "completed", "metrics": {k: {"value": v} for k, v in values.items()}, "next_lease": True}
+            t0 = time.perf_counter()
+            ack = worker.post(f"/v1/leases/{held['token']}/result", json=body)
+            latencies.append((time.perf_counter() - t0) * 1e3)
+            ack.raise_for_status()
+            held = ack.json()["next_lease"]
+            if held is None:
+                held = worker.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 5}).json()
+        cpu = server_cpu_seconds(service.process.pid) - cpu_before
+        for c in (admin, worker, *clients.values()):
+            c.close()
+    finally:
+        service.stop()
+        drop_postgres_database(db_url)
+    return {"studies": studies, "parallelism": parallelism, "queued": target, "cycles": cycles,
+            "p50_ms": round(float(np.percentile(latencies, 50)), 2),
+            "p99_ms": round(float(np.percentile(latencies, 99)), 2),
+            "server_cpu_ms_per_trial": round(1000 * cpu / cycles, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=400)
+    parser.add_argument("--shapes", default="1x100,1x1000,10x100,100x100,400x25")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    rows = []
+    for shape in args.shapes.split(","):
+        studies, parallelism = (int(x) for x in shape.split("x"))
+        rows.append(run(studies, parallelism, args.cycles))
+        print(json.dumps(rows[-1]), flush=True)
+    print(f"\n{'studies':>8} {'parallelism':>12} {'queued':>8} {'p50 ms':>8} {'p99 ms':>8} {'server ms/trial':>16}")
+    for r in rows:
+        print(f"{r['studies']:>8} {r['parallelism']:>12} {r['queued']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
+              f"{r['server_cpu_ms_per_trial']:>16}")
+    if args.out:
+        args.out.write_text(json.dumps({"date": date.today().isoformat(), "machine": machine(),
+                                        "command": "bench/lease_scale.py " + " ".join(sys.argv[1:]),
+                                        "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
