@@ -20,7 +20,11 @@ PACKAGES=(
   optuna==5.0.0 colorlog==6.12.0 opentelemetry-api==1.45.2
   cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
   psycopg==3.3.9 psycopg-binary==3.3.9 redis==8.1.0
+  pydantic-settings==2.16.3 python-dotenv==1.2.4 cachetools==8.0.2 moocore==0.3.2 platformdirs==4.14.9
+  importlib-metadata==10.2.0
 )
+# Liger-Kernel for bench/gpu/liger.py (pure Triton; torch and Triton are the image's):
+#   pip download --no-deps liger-kernel==0.8.5 -d .whl
 mkdir -p .whl
 for package in "${PACKAGES[@]}"; do
   "$PIP" download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

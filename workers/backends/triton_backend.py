@@ -212,7 +212,7 @@ class TritonBackend(Backend):
         return (
             resolved,
             module,
-            getattr(module, resolved.entry),
+            jit_of(module, resolved),
             compile_options(resolved.config, flags),
         )
 
