@@ -37,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from wire.contract import KernelSpec, MeasureSettings  # noqa: E402
+from wire.contract import KernelSpec, MeasureSettings, WorkloadShape  # noqa: E402
 from wire.failures import TrialFailure  # noqa: E402
 from wire.kernels import get_builtin  # noqa: E402
 from workers.backends.cpu import CpuBackend  # noqa: E402
@@ -77,7 +77,7 @@ def points(kernel: str) -> list[dict[str, Any]]:
 class Sweeper:
     def __init__(self, kernel: str, shapes: list[dict[str, int]]) -> None:
         self.backend = CpuBackend()
-        self.specs = [KernelSpec(backend="cpu", builtin=kernel, workload=[{"dims": dims, "weight": 1.0}])
+        self.specs = [KernelSpec(backend="cpu", builtin=kernel, workload=[WorkloadShape(dims=dims)])
                       for dims in shapes]
         self.work = Path(tempfile.mkdtemp(prefix="paretune-cpu-sweep-"))
 
