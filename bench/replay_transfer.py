@@ -28,6 +28,7 @@ Per held-out shape and setting the table gives:
 
     python bench/replay_transfer.py bench/results/cpu_sweep_matmul.json --seeds 50 --histories 5 [--cold 10]
     python bench/replay_transfer.py SWEEP --held-out 1 --seeds 5 --json out.json
+    python bench/replay_transfer.py --gpu gemm_bf16 SQUARE.json DECODE.json PREFILL.json --seeds 50
 """
 
 from __future__ import annotations
@@ -112,6 +113,34 @@ def load_cpu(path: Path) -> KernelSweep:
     return KernelSweep(data["kernel"], data["backend"], data["space"], objectives, shapes)
 
 
+SIGMAS_PER_RANGE_OF_FIVE = 2.326  # expected (max - min) / sigma of five normal draws
+GPU_OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]
+
+
+def load_gpu(kernel: str, files: list[Path]) -> KernelSweep:
+    """bench/gpu/sweep.py files of one built-in, one shape each (a file without `workload`
+    swept the built-in's own), its space the built-in's. Their noise is that of the five
+    repeats of the baseline in bench/results/gpu_<kernel>.json, as bench/gpu/replay_service.py
+    takes it, for every shape."""
+    from wire.kernels import get_builtin
+
+    backend = "cuda" if kernel == "rmsnorm" else "triton"
+    builtin = get_builtin(backend, kernel)
+    assert builtin is not None
+    repeats = json.loads((REPO / f"bench/results/gpu_{kernel}.json").read_text())["repeats"]
+    sigmas = {name: repeats[f"{name}_spread"] / SIGMAS_PER_RANGE_OF_FIVE for name in GPU_OBJECTIVES}
+    shapes = []
+    for path in files:
+        data = json.loads(path.read_text())
+        if data.get("stopped") or data.get("evaluations") != data.get("space_size"):
+            raise SystemExit(f"{path} does not cover the space: {data.get('stopped')}")
+        table = {config_key(r["config"]): ({o: r["values"][o] for o in GPU_OBJECTIVES} if r.get("values") else None)
+                 for r in data["rows"]}
+        shapes.append(ShapeSweep(data.get("workload") or builtin.workload, table, sigmas, dict(builtin.default_config),
+                                 GPU_OBJECTIVES))
+    return KernelSweep(kernel, backend, [], GPU_OBJECTIVES, shapes)
+
+
 class Service:
     """The control plane in this process, one scripted worker, and a team per history."""
 
@@ -161,7 +190,8 @@ class Service:
                warm_start: str) -> dict[str, Any]:
         doc = {"name": f"{self.sweep.kernel} {json.dumps(shape.workload[0]['dims'])} seed {seed}",
                "kernel": {"backend": self.sweep.backend, "builtin": self.sweep.kernel, "workload": shape.workload},
-               "space": self.sweep.space, "objectives": self.sweep.objectives, "warm_start": warm_start,
+               **({"space": self.sweep.space} if self.sweep.space else {}),  # else the built-in's
+               "objectives": self.sweep.objectives, "warm_start": warm_start,
                "sampler": {"name": "auto", "seed": seed}, "budget": {"max_trials": trials}, "parallelism": 2,
                "pool": "replay"}
         return self._post("/v1/studies", doc, headers)  # type: ignore[no-any-return]
@@ -278,7 +308,9 @@ def table(results: list[dict[str, Any]], trials: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("sweep", help="a bench/cpu_sweep.py file")
+    parser.add_argument("sweep", nargs="+", help="a bench/cpu_sweep.py file, or with --gpu one bench/gpu/sweep.py "
+                                                 "file per shape")
+    parser.add_argument("--gpu", default="", help="the built-in GPU kernel the sweep files are of")
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--histories", type=int, default=5)
     parser.add_argument("--earlier-trials", type=int, default=TRIALS)
@@ -292,7 +324,7 @@ def main() -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    sweep = load_cpu(Path(args.sweep))
+    sweep = load_gpu(args.gpu, [Path(p) for p in args.sweep]) if args.gpu else load_cpu(Path(args.sweep[0]))
     indices = [int(i) for i in args.held_out.split(",")] if args.held_out else list(range(len(sweep.shapes)))
     started = time.monotonic()
     results: list[dict[str, Any]] = []
@@ -300,7 +332,7 @@ def main() -> None:
         results += held_out(sweep, index, list(range(args.seeds)), args.histories, args.earlier_trials,
                             args.earlier_warm_start, args.trials, args.cold)
         print(f"shape {index} done, {time.monotonic() - started:.0f} s", flush=True)
-    print(f"{sweep.kernel}: {args.sweep}; {args.seeds} seeds, {args.histories} histories of "
+    print(f"{sweep.kernel}: {' '.join(args.sweep)}; {args.seeds} seeds, {args.histories} histories of "
           f"{len(sweep.shapes) - 1} earlier studies x {args.earlier_trials} trials (warm_start "
           f"{args.earlier_warm_start}); {args.trials} trials; "
           f"{time.monotonic() - started:.0f} s\n")

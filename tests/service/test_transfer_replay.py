@@ -16,10 +16,28 @@ import pytest
 from helpers import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
-from replay_transfer import REFERENCE, load_cpu  # noqa: E402
+from replay_transfer import REFERENCE, load_cpu, load_gpu  # noqa: E402
 
 optuna_hv = pytest.importorskip("optuna._hypervolume")
 SWEEP = REPO / "bench/results/cpu_sweep_matmul.json"
+GEMM_SWEEPS = [REPO / "bench/results/gpu_raw_2026-11-29/sweep.json",
+               REPO / "bench/results/gpu_raw_2026-12-02_transfer/sweep_gemm_decode.json",
+               REPO / "bench/results/gpu_raw_2026-12-02_transfer/sweep_gemm_prefill.json"]
+
+
+def test_the_gemm_sweeps_load_as_three_shapes_and_a_partial_sweep_is_refused(tmp_path: Path) -> None:
+    sweep = load_gpu("gemm_bf16", GEMM_SWEEPS)
+    assert [s.workload[0]["dims"]["m"] for s in sweep.shapes] == [4096, 64, 8192]
+    for path, shape in zip(GEMM_SWEEPS, sweep.shapes, strict=True):
+        recorded = json.loads(path.read_text())
+        assert len(shape.table) == recorded["space_size"] == 270
+        assert shape.best == recorded["best"]["values"]["runtime_ms"]
+        assert shape.table[json.dumps(shape.baseline, sort_keys=True)] is not None
+    partial = json.loads(GEMM_SWEEPS[1].read_text())
+    partial.update(evaluations=100, stopped="deadline")
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    with pytest.raises(SystemExit, match="does not cover the space"):
+        load_gpu("gemm_bf16", [tmp_path / "partial.json"])
 
 
 def test_the_hypervolume_ratio_is_optunas() -> None:
