@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from wire.contract import ControlsFile, ControlsParameter, KernelSpec, MeasureSettings  # noqa: E402
-from workers.backends.base import TrialFailure  # noqa: E402
+from wire.failures import TrialFailure  # noqa: E402
 from workers.backends.cuda_backend import CudaBackend  # noqa: E402
 from workers.compilers import controls  # noqa: E402
 

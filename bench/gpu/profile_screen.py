@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO / "bench" / "gpu"))
 from sweep import Harness, space_points  # noqa: E402
 
 from wire.contract import MeasureSettings  # noqa: E402
+from wire.failures import TrialFailure  # noqa: E402
 from wire.kernels import get_builtin  # noqa: E402
-from workers.backends.base import TrialFailure  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
 from workers.measure import gpu_harness, gpu_timing  # noqa: E402
 

@@ -37,10 +37,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from wire.contract import FailureReason, KernelSpec, MeasureSettings  # noqa: E402
+from wire.failures import TrialFailure  # noqa: E402
 from wire.kernels import get_builtin  # noqa: E402
 from wire.space import BoolParam, CategoricalParam, Parameter  # noqa: E402
 from workers.backends import get_backend  # noqa: E402
-from workers.backends.base import TrialFailure  # noqa: E402
 from workers.cache import ArtifactCache  # noqa: E402
 from workers.sandbox.files import write_whole  # noqa: E402
 

@@ -127,6 +127,21 @@ class WarmStart(StrictModel):
     configs: list[dict[ShortText, Scalar]] = Field(default_factory=list, max_length=MAX_WARM_CONFIGS)
 
 
+WarmStartMode = Literal["related", "catalog", "none"]
+
+
+class WarmSource(StrictModel):
+    """A related study's trial that a study started from (warm_start: related)."""
+
+    study: int
+    trial: int  # its number in that study
+    team: bool  # whether that study is of the same team (else its owners share its trials)
+    workload: list[WorkloadShape]
+    target: dict[str, str | None]  # the device and toolchain of the worker that measured it
+    distance: float  # the shape and target distance (service.studies.transfer)
+    values: dict[str, float]  # what it measured there
+
+
 class Sampler(StrictModel):
     name: str = "auto"
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
@@ -219,9 +234,13 @@ class StudyDocument(StrictModel):
     measure: StudyMeasure = Field(default_factory=StudyMeasure)
     target: Target | None = None
     reference_point: dict[ShortText, float] | None = Field(default=None, max_length=8)  # ratios to the baseline
-    # "catalog": the first trials after the baseline are the approved configurations of this
-    # kernel for the closest targets (service.artifacts.catalog.warm_start_configs)
-    warm_start: Literal["catalog"] | None = None
+    # what the first trials after the baseline measure: "related": the best configurations of
+    # related studies, nearest shape first (service.studies.transfer; the default for built-ins);
+    # "catalog": the approved configurations of this kernel for the closest targets
+    # (service.artifacts.catalog.warm_start_configs); "none"
+    warm_start: WarmStartMode | None = None
+    # whether other teams' studies may start from this study's trials (warm_start: related)
+    share_trials: bool = False
 
     @field_validator("objectives", mode="after")
     @classmethod
@@ -286,10 +305,13 @@ class ResolvedDocument(StrictModel):
     measure: StudyMeasure = Field(default_factory=StudyMeasure)
     target: DeviceLimits | None = None
     reference_point: dict[str, float]  # per objective, a ratio to the baseline
-    warm_start: Literal["catalog"] | None = None
+    warm_start: WarmStartMode | None = None  # None: stored before `related` existed, read as "none"
+    share_trials: bool = False
     compile_only: bool = False
-    # warm_start: catalog: the catalog's approved configurations, measured after the baseline
+    # warm_start: catalog or related: the configurations found, measured after the baseline
     warm_start_configs: list[dict[str, Scalar]] | None = Field(default=None, exclude_if=lambda value: value is None)
+    # warm_start: related: where each of warm_start_configs came from
+    warm_start_sources: list[WarmSource] | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @field_serializer("space")
     def _space_as_given(self, space: list[Parameter]) -> list[dict[str, Any]]:

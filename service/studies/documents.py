@@ -77,6 +77,11 @@ def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
     warm = doc.sampler.warm_start
     if warm is not None and sampler == "grid":
         raise sd.DocumentError("sampler.warm_start", "the grid sampler walks the whole grid: leave warm_start out")
+    if doc.warm_start == "related" and sampler == "grid":
+        raise sd.DocumentError("warm_start", "the grid sampler walks the whole grid: leave warm_start out or "
+                               "set it to none")
+    # related studies' best configurations first: by default for built-ins (any space but a grid's)
+    warm_start = doc.warm_start or ("related" if kernel.builtin and sampler != "grid" else "none")
     return sd.ResolvedDocument(
         name=doc.name, description=doc.description, kernel=kernel, space=space.parameters, baseline=baseline,
         objectives=objectives, constraints=doc.constraints,
@@ -90,7 +95,7 @@ def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
         budget=_budget(doc.budget, grid), parallelism=doc.parallelism, pool=doc.pool, limits=doc.limits,
         priority=doc.priority, weight=doc.weight,
         measure=_measure(doc, objectives, kernel.backend), target=_target(doc.target, kernel.backend),
-        reference_point=reference, warm_start=doc.warm_start, compile_only=compile_only,
+        reference_point=reference, warm_start=warm_start, share_trials=doc.share_trials, compile_only=compile_only,
     )
 
 

@@ -9,7 +9,6 @@ from sqlalchemy import select
 
 from service.api.deps import PrincipalDep, ReadSession, StateDep, StudyId, WriteSession
 from service.api.schemas import ERROR_RESPONSES
-from service.artifacts import catalog
 from service.controls import studies as controls
 from service.domain.states import StudyState
 from service.errors import Invalid
@@ -49,8 +48,6 @@ def create_study(
     resolved = documents.validate(document)
     assert principal.team_id is not None
     pools.require_priority(session, resolved.pool, principal.team_id, resolved.priority)
-    if resolved.warm_start == "catalog":
-        resolved.warm_start_configs = catalog.warm_start(session, principal.team_id, resolved)
     warm_start.resolve(session, principal.team_id, resolved)
     controls.resolve(session, state.catalog, resolved)
     study = lifecycle.create(session, principal.team_id, principal.token_id, resolved)

@@ -10,7 +10,7 @@ from pydantic_core import CoreSchema
 
 from service.api.schemas import Utc
 from service.store.models import Study
-from service.studies.document import document_of
+from service.studies.document import WarmSource, document_of
 
 
 class DocumentedAs:
@@ -42,6 +42,13 @@ class Progress(BaseModel):
     infeasible_counted: bool = Field(default=True, description="whether infeasible trials count against max_trials")
 
 
+class WarmStartOut(BaseModel):
+    mode: str = Field(description="related | catalog | none (docs/api.md \"Warm start and transfer\")")
+    configs: list[dict[str, Any]] = Field(description="what trials 1, 2, ... measure after the baseline")
+    sources: list[WarmSource] = Field(description="warm_start related: the related trial each configuration "
+                                                  "came from, in the same order")
+
+
 class StudyOut(BaseModel):
     id: int
     name: str
@@ -63,6 +70,7 @@ class StudyOut(BaseModel):
     created_at: Utc
     updated_at: Utc
     finished_at: Utc | None
+    warm_start: WarmStartOut
     document: dict[str, Any] | None = None
     queued_reason: str | None = Field(default=None, description="why its queued trials wait although workers "
                                                                 "are free: its team's quota in the pool")
@@ -85,6 +93,8 @@ class StudyOut(BaseModel):
             front_size=study.front_size,
             reference_point=dict(zip(document.objective_names, study.reference_point, strict=True)),
             created_at=study.created_at, updated_at=study.updated_at, finished_at=study.finished_at,
+            warm_start=WarmStartOut(mode=document.warm_start or "none", configs=document.warm_configs,
+                                    sources=document.warm_start_sources or []),
             document=study.document if with_document else None,
         )
 

@@ -1,31 +1,101 @@
-"""Warm start: a new study measures the front of earlier studies of the same kernel first.
+"""Warm start: a new study measures configurations found in earlier work first, right after
+its baseline, before the sampler proposes.
 
-The earlier studies' configurations are copied into the new study's document when it is
-created (`sampler.warm_start.configs`), so the study does not depend on them afterwards and
-every replica queues the same trials. Their values are not told to the sampler: they were
-measured on other shapes or another toolchain, on another scale; the configurations are
+- `warm_start: related` (the default for built-ins): the best configurations of related
+  studies, nearest shape first (`related`; the mechanism is service.studies.transfer).
+- `warm_start: catalog`: the approved configurations of the kernel for the closest targets
+  (service.artifacts.catalog.warm_start).
+- `sampler.warm_start`: the fronts of the earlier studies it names, and the configurations it
+  lists (`named`).
+
+What is found is copied into the new study's document when it is created
+(`warm_start_configs`, with `warm_start_sources` saying where each came from, and
+`sampler.warm_start.configs`), so the study does not depend on the earlier ones afterwards
+and every replica queues the same trials. Their values are not told to the sampler: they
+were measured on other shapes or another toolchain, on another scale; the configurations are
 measured again here and the sampler hears those measurements like any other.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.artifacts import catalog
+from service.domain.states import TrialState
 from service.errors import Invalid
-from service.store.models import Study, Trial
-from service.studies.document import ResolvedDocument, document_of
+from service.store.models import Study, Trial, Worker
+from service.studies import transfer
+from service.studies.document import ResolvedDocument, WarmSource, document_of
 from service.studies.space import SearchSpace
 from wire.contract import KernelSpec
 
+# the related studies looked at (the newest of the kernel's backend) and their trials (the newest)
+MAX_RELATED_STUDIES = 200
+MAX_RELATED_TRIALS = 50_000
+
 
 def resolve(session: Session, team_id: int, document: ResolvedDocument) -> None:
+    """What the study document's warm start finds, copied into it."""
+    if document.warm_start == "catalog":
+        document.warm_start_configs = catalog.warm_start(session, team_id, document)
+    elif document.warm_start == "related":
+        related(session, team_id, document)
+    named(session, team_id, document)
+
+
+def related(session: Session, team_id: int, document: ResolvedDocument) -> None:
+    """The configurations of related trials that the study starts from (transfer.pick) and
+    where they came from. A related study tuned the same kernel (built-in, or the same source
+    and entry) over the same space, on any shape, device or toolchain; it is the caller's
+    team's, or another team's whose document says `share_trials: true`. Another team's study
+    that does not share its trials is never read."""
+    space = document.model_dump(mode="json")["space"]
+    identity = _kernel_identity(document.kernel)
+    rows = session.execute(
+        select(Study).where(Study.backend == document.kernel.backend).order_by(Study.id.desc())
+        .limit(MAX_RELATED_STUDIES)
+    ).scalars()
+    studies = {study.id: study for study in rows
+               if (study.team_id == team_id or study.document.get("share_trials") is True)
+               and study.document.get("space") == space and _kernel_identity(document_of(study).kernel) == identity}
+    if not studies:
+        return
+    trials = session.execute(
+        select(Trial.study_id, Trial.number, Trial.config, Trial.values, Trial.fingerprint, Trial.on_front)
+        .where(Trial.study_id.in_(studies), Trial.state == TrialState.COMPLETED.value)
+        .order_by(Trial.id.desc()).limit(MAX_RELATED_TRIALS)
+    ).all()
+    found = [transfer.RelatedTrial(study=study_id, number=number, team=studies[study_id].team_id == team_id,
+                                   workload=document_of(studies[study_id]).kernel.workload,
+                                   target=catalog.worker_target(fingerprint or {}), config=config, values=values,
+                                   on_front=on_front)
+             for study_id, number, config, values, fingerprint, on_front in trials if values]
+    first = document.objectives[0]
+    listed = document.sampler.warm_start.configs if document.sampler.warm_start else []
+    picks = transfer.pick(found, document.kernel.workload, _pool_target(session, document.pool), first.name,
+                          first.direction == "minimize", [document.baseline, *listed])
+    document.warm_start_configs = [p.trial.config for p in picks]
+    document.warm_start_sources = [
+        WarmSource(study=p.trial.study, trial=p.trial.number, team=p.trial.team, workload=p.trial.workload,
+                   target={k: v for k, v in p.trial.target.items() if v is not None}, distance=round(p.distance, 4),
+                   values=p.trial.values)
+        for p in picks]
+
+
+def _pool_target(session: Session, pool: str) -> dict[str, str | None]:
+    """The device and toolchain of the pool's most recently seen worker (none known: empty)."""
+    latest = session.execute(select(Worker.fingerprint).where(Worker.pool == pool)
+                             .order_by(Worker.last_seen_at.desc()).limit(1)).scalar_one_or_none()
+    return catalog.worker_target(latest or {})
+
+
+def named(session: Session, team_id: int, document: ResolvedDocument) -> None:
     """Add the front of each study named in `sampler.warm_start.studies` to its configs:
     best first by each study's first objective, at most `trials` of them, none twice, none
-    the baseline, none outside this study's space."""
+    the baseline, none outside this study's space, none the study starts from already."""
     warm = document.sampler.warm_start
     if not warm or not warm.studies or warm.trials == 0:
         return
@@ -40,7 +110,7 @@ def resolve(session: Session, team_id: int, document: ResolvedDocument) -> None:
             raise Invalid(f"study {study_id} tuned another kernel; warm-start from studies of this kernel",
                           field=field)
         ranked += _front_best_first(session, earlier)
-    taken = {_key(c) for c in warm.configs} | {_key(document.baseline)}
+    taken = {transfer.config_key(c) for c in [document.baseline, *warm.configs, *(document.warm_start_configs or [])]}
     added = 0
     for config in ranked:
         if added == warm.trials:
@@ -48,8 +118,8 @@ def resolve(session: Session, team_id: int, document: ResolvedDocument) -> None:
         if set(config) - set(space.names) or any(space.value_problem(k, v) for k, v in config.items()):
             continue  # the earlier study's space differed here
         whole = {name: config.get(name, document.baseline[name]) for name in space.names}
-        if _key(whole) not in taken:
-            taken.add(_key(whole))
+        if transfer.config_key(whole) not in taken:
+            taken.add(transfer.config_key(whole))
             warm.configs.append(whole)
             added += 1
 
@@ -69,5 +139,3 @@ def _front_best_first(session: Session, study: Study) -> list[dict[str, Any]]:
     return [config for config, _ in measured]
 
 
-def _key(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True)

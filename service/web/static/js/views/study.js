@@ -108,7 +108,8 @@ class StudyPage {
     const hvBox = h("div", { class: "hv-chart" });
     const side = h("aside", { class: "side" },
       card("Hypervolume", { cls: "hv-card" }, this.kpis, hvBox),
-      card("Best against the baseline", {}, this.bestList));
+      card("Best against the baseline", {}, this.bestList),
+      startedFrom(s.warm_start));
 
     const trialsBox = h("div");
     replace(this.root, h("div", { class: "study-page", id: "study", dataset: { study: s.id } },
@@ -412,6 +413,21 @@ class StudyPage {
     if (before.progress.completed !== s.progress.completed || before.front_size !== s.front_size
         || before.hypervolume !== s.hypervolume) this.refetchFront();
   }
+}
+
+/** What the study measured first after its baseline: the related trials (warm_start: related)
+ * or the configurations of the catalog and the document. */
+function startedFrom(warm) {
+  if (!warm || !warm.configs.length) return null;
+  const shape = (workload) => workload.map((w) => Object.entries(w.dims).map(([k, v]) => `${k}=${v}`).join(" ")).join("; ");
+  const rows = warm.sources.length
+    ? warm.sources.map((src, i) => h("li", null,
+      h("span", null, `trial ${i + 1}: `),
+      src.team ? h("a", { href: `/ui/studies/${src.study}` }, `study #${src.study}`) : `shared study #${src.study}`,
+      ` trial ${src.trial}, ${shape(src.workload)}`, src.target.gpu || src.target.cpu ? `, ${src.target.gpu || src.target.cpu}` : "",
+      h("span", { class: "muted" }, ` (distance ${src.distance})`)))
+    : warm.configs.map((c, i) => h("li", null, `trial ${i + 1}: `, h("code", null, JSON.stringify(c))));
+  return card(`Started from (${warm.mode})`, { id: "started-from" }, h("ul", { class: "started-from" }, rows));
 }
 
 function fmtConfig(value, base, isBaseline) {
