@@ -222,34 +222,37 @@ class ShareView:
         """Count a lease of `study_id` about to be tried; False: its team reached its quota
         since the plan (nothing is counted)."""
         with self._lock:
-            pool = self.pools.get(pool_name)
-            entry = pool.entries.get(study_id) if pool is not None else None
-            if pool is None or entry is None:
+            found = self._find(pool_name, study_id)
+            if found is None:
                 return True
-            team = entry.candidate.team_id
-            if pool.held_back(team):
+            pool, entry = found
+            if pool.held_back(entry.candidate.team_id):
                 return False
-            pool.count_lease(study_id, team, +1)
+            pool.count_lease(study_id, entry.candidate.team_id, +1)
             entry.queued -= 1
             return True
 
     def unclaim(self, pool_name: str, study_id: int) -> None:
         """The claimed lease found no trial: the study has none queued for now."""
         with self._lock:
-            pool = self.pools.get(pool_name)
-            entry = pool.entries.get(study_id) if pool is not None else None
-            if pool is not None and entry is not None:
-                pool.count_lease(study_id, entry.candidate.team_id, -1)
-                entry.queued = 0
+            found = self._find(pool_name, study_id)
+            if found is not None:
+                found[0].count_lease(study_id, found[1].candidate.team_id, -1)
+                found[1].queued = 0
 
     def leased(self, pool_name: str, study_id: int) -> None:
         """A lease of the pool's oldest queued trial went to `study_id`."""
         with self._lock:
-            pool = self.pools.get(pool_name)
-            entry = pool.entries.get(study_id) if pool is not None else None
-            if pool is not None and entry is not None:
-                pool.count_lease(study_id, entry.candidate.team_id, +1)
-                entry.queued = max(0, entry.queued - 1)
+            found = self._find(pool_name, study_id)
+            if found is not None:
+                found[0].count_lease(study_id, found[1].candidate.team_id, +1)
+                found[1].queued = max(0, found[1].queued - 1)
+
+    def _find(self, pool_name: str, study_id: int) -> tuple[PoolShares, Entry] | None:
+        """The pool and the study's entry in it, if the view has them (under the lock)."""
+        pool = self.pools.get(pool_name)
+        entry = pool.entries.get(study_id) if pool is not None else None
+        return None if pool is None or entry is None else (pool, entry)
 
     def reason(self, study_id: int) -> str | None:
         """Why the study's queued trials wait although it may lease (its team's quota), if so."""
