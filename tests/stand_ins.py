@@ -22,6 +22,10 @@ def install_minikern(directory: Path) -> Path:
 
 
 def use_site(monkeypatch: pytest.MonkeyPatch, site: Path) -> None:
-    """`site` on this process's path and on the PYTHONPATH its workers and sandboxes inherit."""
+    """`site` on this process's path and on the PYTHONPATH its workers and sandboxes inherit.
+    minikern modules an earlier test imported from another site are forgotten first, so that the
+    package resolves from this one."""
+    for name in [name for name in sys.modules if name == "minikern" or name.startswith("minikern.")]:
+        del sys.modules[name]
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from helpers import run_cli, wait_for
-from stand_ins import install_minikern
+from stand_ins import install_minikern, use_site
 
 pytestmark = pytest.mark.postgres
 
@@ -78,7 +78,7 @@ def site() -> Iterator[Path]:
 def test_a_campaign_over_a_presets_layer_to_a_vllm_file(live_service, tmp_path: Path, site: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     live_service.env["PYTHONPATH"] = os.pathsep.join([str(site), live_service.env.get("PYTHONPATH", "")])
-    monkeypatch.syspath_prepend(str(site))
+    use_site(monkeypatch, site)
     from minikern.ops.utils import calculate_settings
     (tmp_path / "trace.csv").write_text(TRACE)
     imported = run_cli("workload", "import", str(tmp_path / "trace.csv"), "--format", "azure", *SERVER, "--json")
@@ -114,11 +114,15 @@ def test_a_campaign_over_a_presets_layer_to_a_vllm_file(live_service, tmp_path: 
 
     # each bucket's best validated and approved by a second person, then exported for vLLM
     member, approver = live_service.make_user_token("approver"), live_service.make_user_token("approver")
-    files = []
+    files, promoted_configs = [], {}
     with live_service.client(member) as alice, live_service.client(approver) as bob:
         for m in (2, 4, 8):
             study = by[("fused_moe", m)]
-            best = min(study["front_trials"], key=lambda t: t["values"]["time_per_token_us"])
+            # the fastest trial other than the baseline (which may itself be the front's best)
+            ranked = alice.get(f"/v1/studies/{study['id']}/trials",
+                               params={"state": "completed", "sort": "time_per_token_us", "limit": 5}).json()
+            best = next(t for t in ranked["items"] if not t["is_baseline"])
+            promoted_configs[m] = best["config"]
             promoted = alice.post(f"/v1/studies/{study['id']}/candidates", json={"trials": [best["number"]],
                                                                                  "rounds": 2, "note": "campaign"})
             assert promoted.status_code == 201, promoted.text
@@ -140,7 +144,7 @@ def test_a_campaign_over_a_presets_layer_to_a_vllm_file(live_service, tmp_path: 
     configs = json.loads(vllm_file.read_text())
     assert sorted(configs, key=int) == ["2", "4", "8"]
     for m in (2, 4, 8):
-        best = min(by[("fused_moe", m)]["front_trials"], key=lambda t: t["values"]["time_per_token_us"])["config"]
+        best = promoted_configs[m]
         assert configs[str(m)] == {"BLOCK_SIZE_M": best["BLOCK_SIZE_M"], "BLOCK_SIZE_N": best["BLOCK_SIZE_N"],
                                    "BLOCK_SIZE_K": best["BLOCK_SIZE_K"], "GROUP_SIZE_M": best["GROUP_SIZE_M"],
                                    "num_warps": best["NUM_WARPS"], "num_stages": best["NUM_STAGES"]}

@@ -52,6 +52,7 @@ RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/v1/workers"): ("viewer", "list"),
     ("GET", "/v1/pools"): ("anyone", "none"),  # pools are shared; their isolation requirements are public
     ("PUT", "/v1/pools/{name}"): ("operator", "none"),
+    ("GET", "/v1/pools/{name}/shares"): ("anyone", "none"),  # the pool's totals, own team's row
     ("GET", "/v1/me"): ("anyone", "none"),
     ("GET", "/v1/teams"): ("viewer", "list"),
     ("POST", "/v1/teams"): ("operator", "none"),
