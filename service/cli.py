@@ -267,8 +267,13 @@ def up(
     demo: Annotated[bool, typer.Option(help="start a demo study of the built-in CPU matmul")] = True,
     demo_trials: int = 40,
     workers: Annotated[int, typer.Option(help="local worker agents to start")] = 1,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v",
+                                          help="show the server's and workers' logs here, not only in the log file")
+                       ] = False,
 ) -> None:
-    """Everything on one machine: SQLite service, local worker(s), dashboard, a demo study."""
+    """Everything on one machine: SQLite service, local worker(s), dashboard, a demo study.
+    The terminal keeps to the progress, the front and warnings; the server's and workers' logs
+    go to a log file in the data directory (--verbose shows them too)."""
     import uvicorn
 
     from service.accounts import tokens as auth
@@ -277,6 +282,7 @@ def up(
     from service.store.migrate import upgrade
 
     settings = _settings()
+    log_file = _log_to_file(settings.data_dir / "logs" / "up.log", verbose)
     db = Database(settings.database_url)
     upgrade(db.engine)
     with db.write() as session:
@@ -285,7 +291,8 @@ def up(
                                             team_id=None, pool="default")
     db.dispose()
     server = f"http://{host}:{port}"
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning",
+    # log_config=None: uvicorn's loggers go where the root logger does (the log file)
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", log_config=None,
                             timeout_keep_alive=int(settings.keep_alive_s))
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, daemon=True)
@@ -294,7 +301,8 @@ def up(
     console.print(f"[bold]paretune[/bold] is up: dashboard {server}/ui/  API {server}/docs")
     console.print(f"admin token (shown once): [bold]{admin}[/bold]")
     console.print(f"database: {settings.database_url}")
-    procs = [_start_local_worker(server, worker_token, i) for i in range(workers)]
+    console.print(f"logs: {log_file}" + ("" if verbose else " (--verbose shows them here)"))
+    procs = [_start_local_worker(server, worker_token, i, None if verbose else log_file) for i in range(workers)]
     try:
         if demo:
             api = Api(server, admin)
@@ -318,18 +326,59 @@ def up(
         thread.join(timeout=10)
 
 
-def _start_local_worker(server: str, token: str, index: int) -> Any:
-    """A worker process; its token goes through its stdin, never its command line."""
-    import subprocess
+def _log_to_file(path: Path, verbose: bool) -> Path:
+    """The server's log records to `path` (appended), and to the terminal: all of them when
+    verbose, else warnings and errors only."""
+    import logging
 
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    to_file = logging.FileHandler(path)
+    to_file.setFormatter(fmt)
+    to_terminal = logging.StreamHandler()
+    to_terminal.setFormatter(fmt)
+    to_terminal.setLevel(logging.INFO if verbose else logging.WARNING)
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.handlers[:] = [to_file, to_terminal]
+    return path
+
+
+def _start_local_worker(server: str, token: str, index: int, log_file: Path | None = None) -> Any:
+    """A worker process; its token goes through its stdin, never its command line. With a
+    `log_file` its output is appended there and only its warnings, errors and tracebacks reach
+    the terminal."""
     cmd = [sys.executable, "-m", "service.cli", "worker", "--server", server, "--token", "-",
            "--pool", "default", "--name", f"local-{index}"]
     env = {k: v for k, v in os.environ.items() if k not in ("PARETUNE_WORKER_TOKEN", "PARETUNE_TOKEN")}
-    process = subprocess.Popen(cmd, env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.PIPE)
+    process = subprocess.Popen(cmd, env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE if log_file else None,
+                               stderr=subprocess.STDOUT if log_file else None)
     assert process.stdin is not None
     process.stdin.write(token.encode() + b"\n")
     process.stdin.close()
+    if log_file is not None:
+        threading.Thread(target=_pump, args=(process.stdout, log_file), name=f"local-{index}-log",
+                         daemon=True).start()
     return process
+
+
+LOUD = (" WARNING ", " ERROR ", " CRITICAL ", "Traceback ")
+
+
+def _pump(output: Any, log_file: Path) -> None:
+    """Every line of a worker's output to the log file; the loud ones to the terminal too
+    (a traceback in full)."""
+    loud = False
+    with log_file.open("a", encoding="utf-8", errors="replace") as log:
+        for raw in output:
+            line = raw.decode("utf-8", "replace")
+            log.write(line)
+            log.flush()
+            starts_record = line[:4].isdigit()  # "2026-..." begins a log record
+            loud = any(mark in line for mark in LOUD) or (loud and not starts_record)
+            if loud:
+                sys.stderr.write(line)
 
 
 def _wait_healthy(server: str, timeout: float = 60) -> None:
@@ -442,12 +491,17 @@ def study_watch(study_id: int, server: ServerOpt = DEFAULT_SERVER, token: TokenO
 
 
 def _watch(api: Api, study_id: int, exit_when_done: bool = True) -> None:
+    """A progress bar and the live front; each failed trial, and why the study waits when it
+    does, printed above them as a warning."""
+    from rich.console import Group
     from rich.live import Live
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     study = api.call("GET", f"/v1/studies/{study_id}")
     task = progress.add_task(f"study {study_id}", total=study["progress"]["max_trials"])
+    warned: set[int] = set()
+    failed_seen, waiting = 0, None
     with Live(progress, console=console, refresh_per_second=4) as live:
         while True:
             study = api.call("GET", f"/v1/studies/{study_id}")
@@ -457,14 +511,34 @@ def _watch(api: Api, study_id: int, exit_when_done: bool = True) -> None:
             finished = p["completed"] + p["failed"] + p["cancelled"] + p["screened_out"] - uncounted
             progress.update(task, completed=finished,
                             description=f"study {study_id} {study['state']} front={study['front_size']} hv={hv}")
+            if p["failed"] > failed_seen:
+                failed_seen = p["failed"]
+                for line in _failures(api, study_id, warned):
+                    live.console.print(line, style="yellow", markup=False, highlight=False)
+            if study.get("queued_reason") != waiting:
+                waiting = study.get("queued_reason")
+                if waiting:
+                    live.console.print(f"warning: study {study_id} waits: {waiting}", style="yellow",
+                                       markup=False, highlight=False)
             front = api.call("GET", f"/v1/studies/{study_id}/front")
-            from rich.console import Group
-
             live.update(Group(progress, _front_table(front)))
             if study["state"] in ("completed", "cancelled", "failed") and p["in_flight"] == 0:
                 break
             time.sleep(1.0)
     console.print(f"study {study_id} {study['state']}: {study['finish_reason']}")
+
+
+def _failures(api: Api, study_id: int, seen: set[int], limit: int = 20) -> list[str]:
+    """A warning line for each failed trial not in `seen` (the latest `limit`), which it joins."""
+    failed = api.call("GET", f"/v1/studies/{study_id}/trials",
+                      params={"state": "failed", "sort": "-number", "limit": limit})["items"]
+    lines = []
+    for trial in reversed(failed):
+        if trial["number"] not in seen:
+            seen.add(trial["number"])
+            message = (trial["message"] or "").splitlines()[0][:200] if trial["message"] else ""
+            lines.append(f"warning: trial {trial['number']} failed ({trial['failure_reason']}): {message}")
+    return lines
 
 
 def _front_table(front: dict[str, Any]) -> Table:

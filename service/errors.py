@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -56,12 +57,16 @@ class TooManyRequests(ApiError):
     code = "too_many_requests"
 
 
-def invalid_from_pydantic(exc: Any) -> Invalid:
-    """A 422 from a pydantic ValidationError: every error with its field, the first named."""
-    errors = [
-        {"field": ".".join(str(p) for p in e["loc"]), "message": str(e["msg"]).removeprefix("Value error, ")}
-        for e in exc.errors()
-    ]
-    first = errors[0] if errors else {"field": None}
-    summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
-    return Invalid(summary, field=first["field"], errors=errors)
+def field_errors(errors: Sequence[Any], skip: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """pydantic's error list as {field, message}: the dotted path to the field (leaving out the
+    `skip` parts, such as FastAPI's "body") and what is wrong with it."""
+    return [{"field": ".".join(str(p) for p in e["loc"] if p not in skip),
+             "message": str(e["msg"]).removeprefix("Value error, ")} for e in errors]
+
+
+def invalid(errors: list[dict[str, str]]) -> Invalid:
+    """One 422 for every error found: each in `errors`, the first named in `field`."""
+    summary = "; ".join(f"{e['field'] or 'body'}: {e['message']}" for e in errors[:5])
+    if len(errors) > 5:
+        summary += f"; and {len(errors) - 5} more"
+    return Invalid(summary, field=errors[0]["field"] if errors else None, errors=errors)

@@ -15,7 +15,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import ApiError, Invalid, TooLarge
+from service.errors import ApiError, Invalid, TooLarge, field_errors, invalid
 
 log = logging.getLogger("paretune.http")
 MAX_JSON_DEPTH = 64
@@ -110,12 +110,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "message": e["msg"]}
-            for e in exc.errors()
-        ]
-        summary = "; ".join(f"{e['field'] or 'body'}: {e['message']}" for e in errors[:5])
-        return _error(422, summary, errors[0]["field"] if errors else None, errors=errors)
+        error = invalid(field_errors(exc.errors(), skip=("body",)))
+        return JSONResponse(error.body(), status_code=error.status)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -19,7 +19,7 @@ def test_up_tunes_the_builtin_matmul_beyond_the_noise(tmp_path: Path) -> None:
     env.pop("PARETUNE_DATABASE_URL", None)
     log = tmp_path / "up.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "up", "--port", str(port), "--demo-trials", "16"],
+        [sys.executable, "-m", "service.cli", "up", "--port", str(port), "--demo-trials", "20"],
         stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True,  # noqa: SIM115
     )
     try:
@@ -54,7 +54,14 @@ def test_up_tunes_the_builtin_matmul_beyond_the_noise(tmp_path: Path) -> None:
                 faster.append((trial["number"], runtime["value"] / base["value"]))
         assert faster, (base, [t["values"] for t in front["trials"]])
         wait_for(lambda: "study 1 completed: budget spent" in log.read_text(), 30, log)
-        assert "Pareto front" in log.read_text()  # the watch view printed the front
+        terminal = log.read_text()
+        assert "Pareto front" in terminal  # the watch view printed the front
+        # the terminal keeps to the progress and the front; the logs go to the file it names
+        logs = Path(re.search(r"logs: (\S+)", terminal).group(1))
+        assert logs == tmp_path / "logs" / "up.log"
+        worker_lines = [line for line in logs.read_text().splitlines() if "paretune.worker" in line]
+        assert len(worker_lines) >= 20, logs.read_text()[-2000:]
+        assert not [line for line in terminal.splitlines() if " INFO " in line or "paretune.worker" in line]
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:

@@ -61,12 +61,17 @@ def _get(server: str, path: str, token: str = "", **params: str) -> httpx.Respon
 
 
 def error_message(response: httpx.Response) -> str:
-    """The API's error body as one line: the status, the message and the field it names."""
+    """The API's error body: the status, the message and the field it names; where the body
+    lists several errors, each on a line of its own."""
     try:
         error = response.json()["error"]
+        listed = error.get("errors") or []
+        if len(listed) > 1:
+            lines = "".join(f"\n  - {e.get('field') or 'body'}: {e.get('message')}" for e in listed)
+            return f"{response.status_code} {len(listed)} errors:{lines}"
         where = f" (field {error['field']})" if error.get("field") else ""
         return f"{response.status_code} {error['message']}{where}"
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return f"{response.status_code} {response.text[:500]}"
 
 

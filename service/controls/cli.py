@@ -33,9 +33,6 @@ def _call(method: str, server: str, path: str, token: str, headers: dict[str, st
     except httpx.HTTPError as exc:
         _fail(f"cannot reach {server}: {exc}")
     if response.status_code >= 400:
-        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
-        for problem in (body.get("error") or {}).get("errors") or []:
-            typer.echo(f"  {problem.get('field')}: {problem.get('message')}", err=True)
         _fail(error_message(response))
     return response.json()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -406,23 +406,33 @@ def resolve_objectives(doc: StudyDocument) -> list[ResolvedObjective]:
         if name in seen:
             raise DocumentError(f"objectives.{i}.name", f"objective {name!r} is listed twice")
         seen.add(name)
+        problem = unknown_objective(name, doc.kernel.backend)
+        if problem:
+            raise DocumentError(f"objectives.{i}.name", problem)
         known = KNOWN_OBJECTIVES.get(name)
-        if known is None and (doc.kernel.backend != "python" or not NAME_RE.match(name)):
-            raise DocumentError(
-                f"objectives.{i}.name",
-                f"unknown objective {name!r}; use one of {', '.join(KNOWN_OBJECTIVES)}"
-                " (python kernels may also name metrics their function returns)",
-            )
         direction = objective.direction or (known[0] if known else "minimize")
         resolved.append(ResolvedObjective(name=name, direction=direction))
     for i, constraint in enumerate(doc.constraints):
-        if constraint.metric not in KNOWN_OBJECTIVES and constraint.metric not in seen:
-            raise DocumentError(
-                f"constraints.{i}.metric",
-                f"unknown metric {constraint.metric!r}; use an objective of this study or one of "
-                f"{', '.join(KNOWN_OBJECTIVES)}",
-            )
+        problem = unknown_metric(constraint.metric, seen)
+        if problem:
+            raise DocumentError(f"constraints.{i}.metric", problem)
     return resolved
+
+
+def unknown_objective(name: str, backend: Any) -> str | None:
+    """Why `name` is no objective of a `backend` kernel, or None: python kernels may name
+    metrics their function returns."""
+    if name in KNOWN_OBJECTIVES or (backend == "python" and NAME_RE.match(name)):
+        return None
+    return (f"unknown objective {name!r}; use one of {', '.join(KNOWN_OBJECTIVES)}"
+            " (python kernels may also name metrics their function returns)")
+
+
+def unknown_metric(name: str, objectives: Collection[str]) -> str | None:
+    """Why a constraint cannot name `name`, or None."""
+    if name in KNOWN_OBJECTIVES or name in objectives:
+        return None
+    return f"unknown metric {name!r}; use an objective of this study or one of {', '.join(KNOWN_OBJECTIVES)}"
 
 
 def resolve_baseline(space: SearchSpace, given: dict[str, Any] | None,

@@ -3,11 +3,13 @@ ResolvedDocument), or a 422 naming the field."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from service.errors import Invalid, invalid_from_pydantic
+from service.errors import Invalid, field_errors, invalid
 from service.scheduling import samplers, screening
 from service.studies import document as sd
 from service.studies.space import SearchSpace
@@ -43,18 +45,82 @@ def builtin_kernel(backend: str, name: str) -> BuiltinKernel | None:
     return get_builtin(backend, name)
 
 
-def validate(raw: Any) -> sd.ResolvedDocument:
-    """Parse and check a study document; returns its resolved form or raises Invalid."""
+class Problems:
+    """The errors found in a document so far, each with its field; raised together as one 422."""
+
+    def __init__(self) -> None:
+        self.errors: list[dict[str, str]] = []
+
+    def add(self, field: str, message: str) -> None:
+        if {"field": field, "message": message} not in self.errors:
+            self.errors.append({"field": field, "message": message})
+
+    @contextmanager
+    def collect(self) -> Iterator[None]:
+        """Note the DocumentError or pydantic errors the block raises, and go on."""
+        try:
+            yield
+        except sd.DocumentError as exc:
+            self.add(exc.field, exc.message)
+        except ValidationError as exc:
+            for error in field_errors(exc.errors()):
+                self.add(error["field"], error["message"])
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise invalid(self.errors)
+
+
+def validate(raw: Any, pools: Collection[str] | None = None) -> sd.ResolvedDocument:
+    """Parse and check a study document; returns its resolved form or raises Invalid with
+    every error found: the schema's and, in the same pass, the names nothing knows (objectives,
+    metrics, kernels, the pool: one of `pools` where given)."""
     if not isinstance(raw, dict):
         raise Invalid("a study document is a JSON/YAML object", field=None)
-    try:
+    problems = Problems()
+    with problems.collect():
         sd.check_shape(raw)
+    problems.raise_any()  # too deep, NUL or NaN: nothing else walks such a document
+    doc = None
+    with problems.collect():
         doc = sd.StudyDocument.model_validate(raw)
-        return _resolve(doc)
-    except ValidationError as exc:
-        raise invalid_from_pydantic(exc) from exc
-    except sd.DocumentError as exc:
-        raise Invalid(exc.message, field=exc.field) from exc
+    for field, message in unknown_names(raw, pools):
+        problems.add(field, message)
+    problems.raise_any()
+    assert doc is not None
+    with problems.collect():
+        resolved = _resolve(doc)
+    problems.raise_any()
+    return resolved
+
+
+def unknown_names(raw: dict[str, Any], pools: Collection[str] | None) -> Iterator[tuple[str, str]]:
+    """(field, what is wrong) for each name the raw document uses that nothing knows, read
+    wherever the document has it right whatever else is wrong."""
+    kernel: dict[str, Any] = raw["kernel"] if isinstance(raw.get("kernel"), dict) else {}
+    backend = kernel.get("backend")
+    objectives: list[Any] = raw["objectives"] if isinstance(raw.get("objectives"), list) else []
+    names = []
+    for i, objective in enumerate(objectives):
+        name = objective.get("name") if isinstance(objective, dict) else objective
+        if isinstance(name, str):
+            names.append(name)
+            problem = sd.unknown_objective(name, backend)
+            if problem:
+                yield f"objectives.{i}.name", problem
+    constraints: list[Any] = raw["constraints"] if isinstance(raw.get("constraints"), list) else []
+    for i, constraint in enumerate(constraints):
+        metric = constraint.get("metric") if isinstance(constraint, dict) else None
+        problem = sd.unknown_metric(metric, names) if isinstance(metric, str) else None
+        if problem:
+            yield f"constraints.{i}.metric", problem
+    builtin = kernel.get("builtin")
+    if isinstance(builtin, str) and backend in sd.BACKENDS and builtin_kernel(backend, builtin) is None:
+        yield "kernel.builtin", f"no built-in {backend} kernel named {builtin!r}"
+    pool = raw.get("pool", "default")
+    if pools is not None and isinstance(pool, str) and pool not in pools:
+        yield "pool", (f"unknown pool {pool!r}: no worker is in it, no worker token is for it and the operator has "
+                       f"not set it; use one of {', '.join(sorted(pools)[:20])}")
 
 
 def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:

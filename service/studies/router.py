@@ -45,7 +45,7 @@ def create_study(
                         Body(description="the study document (see docs/api.md)", openapi_examples=EXAMPLES)],
 ) -> StudyOut:
     principal.require("member")
-    resolved = documents.validate(document)
+    resolved = documents.validate(document, pools=pools.known(session))
     assert principal.team_id is not None
     pools.require_priority(session, resolved.pool, principal.team_id, resolved.priority)
     warm_start.resolve(session, principal.team_id, resolved)

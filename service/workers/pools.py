@@ -24,7 +24,7 @@ from service.accounts.tokens import Principal
 from service.api.deps import PrincipalDep, ReadSession, WriteSession
 from service.api.schemas import Utc
 from service.errors import Forbidden, Invalid, NotFound
-from service.store.models import Pool, PoolTeam, Team, utcnow
+from service.store.models import ApiToken, Pool, PoolTeam, Team, Worker, utcnow
 from service.trials import fairshare, shares
 from service.trials.fairshare import Priority
 from wire.contract import IsolationLevel
@@ -101,6 +101,20 @@ class PoolSharesOut(BaseModel):
     mean_trial_s: float
     running: int
     teams: list[TeamUsageOut]
+
+
+DEFAULT_POOL = "default"
+
+
+def known(session: Session) -> set[str]:
+    """The pools a study may name: the default, those the operator has set, those a worker
+    token is for and those a worker has registered in."""
+    names = {DEFAULT_POOL}
+    names.update(session.execute(select(Pool.name)).scalars())
+    names.update(pool for pool in session.execute(select(ApiToken.pool).where(ApiToken.revoked_at.is_(None))
+                                                  .distinct()).scalars() if pool)
+    names.update(session.execute(select(Worker.pool).distinct()).scalars())
+    return names
 
 
 def _required(session: Session, pool: str, cached: bool) -> str | None:
