@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from service.api.deps import AppState, PrincipalDep, ReadSession, StateDep, StudyId, TrialNumber
@@ -21,7 +21,7 @@ from service.studies.access import visible_study
 from service.studies.document import document_of
 from service.studies.schemas import ObjectiveOut, StudyOut
 from service.trials import queries
-from service.trials.schemas import FrontOut, HistoryPoint, TrialDetail, TrialOut, TrialPage, trial_out
+from service.trials.schemas import FrontOut, HistoryPoint, PointsOut, TrialDetail, TrialOut, TrialPage, trial_out
 
 router = APIRouter(prefix="/v1/studies", tags=["trials"], responses=ERROR_RESPONSES)
 
@@ -45,6 +45,22 @@ def list_trials(
     rows, next_cursor = queries.page(session, study, states=states, on_front=on_front, sort=sort, limit=limit,
                                      cursor=cursor)
     return TrialPage(items=[trial_out(t) for t in rows], next_cursor=next_cursor)
+
+
+@router.get("/{study_id}/points", response_model=PointsOut)
+def get_points(
+    study_id: StudyId, principal: PrincipalDep, session: ReadSession,
+    since: Annotated[int, Query(ge=0, le=2**63 - 1,
+                                description="only trials changed after this cursor of an earlier answer")] = 0,
+) -> Response:
+    """Every completed and screened-out trial of the study, as columns, for plots."""
+    study = visible_study(session, principal, study_id)
+    names = document_of(study).objective_names
+    points = queries.points(session, study_id, names, since)
+    out = PointsOut(study_id=study_id, objectives=list(names), cursor=points.cursor, numbers=points.numbers,
+                    values=dict(zip(names, points.values, strict=True)), on_front=points.on_front,
+                    feasible=points.feasible, screened_out=points.screened_out, baseline=points.baseline)
+    return Response(out.model_dump_json(), media_type="application/json")
 
 
 @router.get("/{study_id}/trials/{number}", response_model=TrialDetail)

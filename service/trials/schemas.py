@@ -69,6 +69,23 @@ class TrialPage(BaseModel):
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null at the end")
 
 
+class PointsOut(BaseModel):
+    """A study's completed and screened-out trials as parallel arrays (element i of each is
+    one trial), for plotting every trial of a large study: a few bytes a trial instead of its
+    whole row. Trials are in the order they were last changed."""
+
+    study_id: int
+    objectives: list[str]
+    cursor: int = Field(description="pass as ?since= to get only the trials changed after this answer")
+    numbers: list[int]
+    values: dict[str, list[float | None]] = Field(
+        description="objective -> each trial's value; null for screened-out trials (not measured fully)")
+    on_front: list[bool]
+    feasible: list[bool | None] = Field(description="whether it met the study's constraints (null: it has none)")
+    screened_out: list[bool]
+    baseline: int | None = Field(description="the baseline's trial number, if it is among these trials")
+
+
 class HistoryPoint(BaseModel):
     completed: int
     hypervolume: float
