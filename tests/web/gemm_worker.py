@@ -134,30 +134,41 @@ class GemmWorker:
         r.raise_for_status()
         return r.json()  # type: ignore[no-any-return]
 
-    def report(self, lease: dict[str, Any], result: dict[str, Any] | None = None) -> None:
+    def report(self, lease: dict[str, Any], result: dict[str, Any] | None = None, *,
+               next_lease: bool = False) -> dict[str, Any] | None:
+        """Post the lease's result; with `next_lease`, the next lease the answer brings (None:
+        nothing was queued)."""
         body = result if result is not None else result_for(lease["trial"])
-        r = self.client.post(f"/v1/leases/{lease['token']}/result", json=body)
-        r.raise_for_status()
+        return self._post_result(lease, body, next_lease)
 
-    def fail(self, lease: dict[str, Any], reason: str = "compile_error", message: str = "") -> None:
+    def fail(self, lease: dict[str, Any], reason: str = "compile_error", message: str = "", *,
+             next_lease: bool = False) -> dict[str, Any] | None:
         body = {"status": "failed", "failure_reason": reason, "message": message,
                 "log": f"[compile] ptxas fatal: {message}"}
-        r = self.client.post(f"/v1/leases/{lease['token']}/result", json=body)
-        r.raise_for_status()
+        return self._post_result(lease, body, next_lease)
 
-    def run(self, limit: int | None = None, fail_every: int = 0) -> int:
+    def _post_result(self, lease: dict[str, Any], body: dict[str, Any], next_lease: bool) -> dict[str, Any] | None:
+        r = self.client.post(f"/v1/leases/{lease['token']}/result", json={**body, "next_lease": next_lease})
+        r.raise_for_status()
+        return r.json().get("next_lease") if next_lease else None  # type: ignore[no-any-return]
+
+    def run(self, limit: int | None = None, fail_every: int = 0, next_lease: bool = False) -> int:
         """Lease and report until nothing is queued for a second or `limit` results were
         posted (the wait lets the study's step queue the next trials: a worker faster than
-        the step would otherwise stop in the middle of a study)."""
+        the step would otherwise stop in the middle of a study). With `next_lease` each
+        result asks for the next lease, as the worker agent does: one request per trial."""
         done = 0
+        lease = None
         while limit is None or done < limit:
-            lease = self.lease(wait_s=1.0)
+            lease = lease or self.lease(wait_s=1.0)
             if lease is None:
                 break
+            more = next_lease and (limit is None or done + 1 < limit)
             if fail_every and done % fail_every == fail_every - 1:
-                self.fail(lease, message="too many resources requested for launch (shared memory)")
+                lease = self.fail(lease, message="too many resources requested for launch (shared memory)",
+                                  next_lease=more)
             else:
-                self.report(lease)
+                lease = self.report(lease, next_lease=more)
             done += 1
         return done
 

@@ -1,10 +1,12 @@
 // The Pareto scatter: every completed trial as a point on two chosen objectives, a third as
 // colour, the front as a staircase with its points ringed, the baseline as a diamond with
-// cross-hairs. Canvas, so that ten thousand points draw in a few milliseconds.
+// cross-hairs. Canvas; the cloud of all trials (a PointCloud, columns) is painted once per
+// change of data, axes, size or theme and reused while hovering redraws the rest.
 // Hover shows the trial, click opens it, drag zooms, double-click resets the zoom.
 
 import { num } from "../format.js";
 import { niceTicks, ramp, themeColors } from "./colors.js";
+import { PointCloud } from "./points.js";
 
 const MARGIN = { left: 62, right: 18, top: 16, bottom: 40 };
 const HIT_PX = 9;
@@ -22,19 +24,23 @@ export class Scatter {
     this.canvas.className = "scatter-canvas";
     this.canvas.setAttribute("role", "img");
     container.append(this.canvas);
-    this.data = { points: [], front: [], baseline: null, x: null, y: null, color: null, directions: {}, log: false, fit: "front" };
+    this.data = { points: new PointCloud([]), front: [], baseline: null, x: null, y: null, color: null, directions: {},
+      log: false, fit: "front" };
+    this.version = 0; // bumped by every set(): the cloud is painted again
     this.zoom = null;
     this.hovered = null;
     this.highlighted = null;
-    this.screen = { xs: new Float32Array(0), ys: new Float32Array(0), trials: [] };
+    this.screen = { xs: new Float32Array(0), ys: new Float32Array(0), index: new Int32Array(0) };
     this.frame = 0;
     this.resize = new ResizeObserver(() => this.draw());
     this.resize.observe(container);
     this.bindPointer();
   }
 
-  /** points: completed trials; front: trials on the front; x, y, color: objective names. */
+  /** points: a PointCloud of every plotted trial, changed in place and set again; front:
+   * trials on the front; x, y, color: objective names. */
   set(data) {
+    this.version++;
     const axesChanged = (data.x !== undefined && (data.x !== this.data.x || data.y !== this.data.y))
       || (data.log !== undefined && data.log !== this.data.log)
       || (data.fit !== undefined && data.fit !== this.data.fit);
@@ -64,7 +70,12 @@ export class Scatter {
   logAxes() {
     const { x, y, points, front, log } = this.data;
     if (!log) return { x: false, y: false };
-    const positive = (key) => key !== "#" && points.every((t) => !(val(t, key) <= 0)) && front.every((t) => !(val(t, key) <= 0));
+    const positive = (key) => {
+      if (key === "#" || front.some((t) => val(t, key) <= 0)) return false;
+      const column = points.values[key] || [];
+      for (let i = 0; i < column.length; i++) if (column[i] <= 0) return false;
+      return true;
+    };
     return { x: positive(x), y: positive(y) };
   }
 
@@ -88,8 +99,8 @@ export class Scatter {
     const { points, front, baseline, directions, fit } = this.data;
     const cloud = new Float64Array(points.length);
     let n = 0;
-    for (const t of points) {
-      const v = f(val(t, key));
+    for (let i = 0; i < points.length; i++) {
+      const v = f(points.value(i, key) ?? NaN);
       if (Number.isFinite(v)) cloud[n++] = v;
     }
     const sorted = cloud.subarray(0, n).sort();
@@ -115,7 +126,10 @@ export class Scatter {
       const v = val(t, color);
       if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
     };
-    points.forEach(scan);
+    for (let i = 0; i < points.length; i++) {
+      const v = points.value(i, color);
+      if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
+    }
     front.forEach(scan);
     if (baseline) scan(baseline);
     if (!Number.isFinite(lo)) return null;
@@ -123,7 +137,7 @@ export class Scatter {
     const flip = color !== "#" && directions[color] !== "maximize";
     const value = (t) => val(t, color);
     const t01 = (v) => { const u = hi > lo ? (v - lo) / (hi - lo) : 0.5; return flip ? 1 - u : u; };
-    return { lo, hi, flip, value, t01 };
+    return { lo, hi, flip, key: color, value, t01 };
   }
 
   render() {
@@ -143,13 +157,13 @@ export class Scatter {
     const colors = themeColors();
     const { x, y } = this.data;
     if (!x || !y) return;
-    const logs = this.logAxes();
-    const d = this.domain(logs);
-    const plot = { l: MARGIN.left, r: width - MARGIN.right, t: MARGIN.top, b: height - MARGIN.bottom };
-    const fx = logs.x ? Math.log10 : (v) => v;
-    const fy = logs.y ? Math.log10 : (v) => v;
-    const sx = (v) => plot.l + ((fx(v) - d.x0) / (d.x1 - d.x0)) * (plot.r - plot.l);
-    const sy = (v) => plot.b - ((fy(v) - d.y0) / (d.y1 - d.y0)) * (plot.b - plot.t);
+    const key = [this.version, width, height, dpr, colors.dark, colors.point, JSON.stringify(this.zoom)].join(" ");
+    if (key !== this.layoutKey) {
+      this.layoutKey = key;
+      this.layout = this.place(width, height);
+      this.cloudLayer = null;
+    }
+    const { logs, d, plot, sx, sy, scale } = this.layout;
     this.scale = { sx, sy, plot, d };
 
     this.drawAxes(ctx, colors, plot, d, sx, sy, logs);
@@ -159,13 +173,13 @@ export class Scatter {
     ctx.clip();
     this.drawBaselineLines(ctx, colors, plot, sx, sy);
     this.drawStaircase(ctx, colors, plot, sx, sy);
-    const scale = this.colorScale();
-    this.drawCloud(ctx, colors, scale, sx, sy);
+    if (!this.cloudLayer) this.cloudLayer = this.paintCloud(colors, scale, width, height, dpr);
+    ctx.drawImage(this.cloudLayer, 0, 0, width, height);
     this.drawFront(ctx, colors, scale, sx, sy);
     this.drawBaseline(ctx, colors, sx, sy);
     this.drawMarks(ctx, colors, sx, sy);
     ctx.restore();
-    if (!this.screen.trials.length && !this.frontScreen.length && !this.baselineScreen) {
+    if (!this.screen.index.length && !this.frontScreen.length && !this.baselineScreen) {
       ctx.fillStyle = colors.muted;
       ctx.font = `13px ${colors.sans}`;
       ctx.textAlign = "center";
@@ -175,6 +189,18 @@ export class Scatter {
     }
     if (this.drag) this.drawDrag(ctx, colors);
     this.publish();
+  }
+
+  /** Axes, scales and colour scale of the data as set, for a canvas of this size. */
+  place(width, height) {
+    const logs = this.logAxes();
+    const d = this.domain(logs);
+    const plot = { l: MARGIN.left, r: width - MARGIN.right, t: MARGIN.top, b: height - MARGIN.bottom };
+    const fx = logs.x ? Math.log10 : (v) => v;
+    const fy = logs.y ? Math.log10 : (v) => v;
+    const sx = (v) => plot.l + ((fx(v) - d.x0) / (d.x1 - d.x0)) * (plot.r - plot.l);
+    const sy = (v) => plot.b - ((fy(v) - d.y0) / (d.y1 - d.y0)) * (plot.b - plot.t);
+    return { logs, d, plot, sx, sy, scale: this.colorScale() };
   }
 
   drawAxes(ctx, colors, plot, d, sx, sy, logs) {
@@ -270,29 +296,40 @@ export class Scatter {
     ctx.restore();
   }
 
-  drawCloud(ctx, colors, scale, sx, sy) {
-    const { points, x, y } = this.data;
+  /** The cloud on a canvas of its own (the trials not on the front, nor the baseline),
+   * with each point's screen position kept for hit tests. */
+  paintCloud(colors, scale, width, height, dpr) {
+    const layer = document.createElement("canvas");
+    layer.width = Math.round(width * dpr);
+    layer.height = Math.round(height * dpr);
+    const ctx = layer.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const { points, x, y, baseline } = this.data;
+    const { sx, sy, plot } = this.layout;
     const frontSet = this.frontNumbers();
     const n = points.length;
     const r = n > 3000 ? 2 : n > 600 ? 2.6 : 3.2;
     const buckets = Array.from({ length: BUCKETS + 1 }, () => []);
     const xs = new Float32Array(n);
     const ys = new Float32Array(n);
-    const trials = new Array(n);
-    const { plot } = this.scale;
+    const index = new Int32Array(n);
+    const xcol = x === "#" ? points.numbers : points.values[x];
+    const ycol = y === "#" ? points.numbers : points.values[y];
+    const ccol = scale ? (scale.key === "#" ? points.numbers : points.values[scale.key]) : null;
+    const baselineNumber = baseline ? baseline.number : points.baseline;
     let k = 0;
     this.outside = 0;
-    for (const t of points) {
-      if (!valid(t, x, y) || frontSet.has(t.number) || t.is_baseline) continue;
-      const px = sx(val(t, x));
-      const py = sy(val(t, y));
+    for (let i = 0; i < n; i++) {
+      const vx = xcol[i];
+      const vy = ycol[i];
+      const number = points.numbers[i];
+      if (!Number.isFinite(vx) || !Number.isFinite(vy) || frontSet.has(number) || number === baselineNumber) continue;
+      const px = sx(vx);
+      const py = sy(vy);
       if (px < plot.l || px > plot.r || py < plot.t || py > plot.b) this.outside++;
-      xs[k] = px; ys[k] = py; trials[k] = t; k++;
+      xs[k] = px; ys[k] = py; index[k] = i; k++;
       let b = BUCKETS;
-      if (scale) {
-        const v = scale.value(t);
-        if (Number.isFinite(v)) b = Math.round(scale.t01(v) * (BUCKETS - 1));
-      }
+      if (ccol && Number.isFinite(ccol[i])) b = Math.round(scale.t01(ccol[i]) * (BUCKETS - 1));
       buckets[b].push(px, py);
     }
     ctx.globalAlpha = n > 3000 ? 0.55 : 0.72;
@@ -306,8 +343,8 @@ export class Scatter {
       }
       ctx.fill();
     });
-    ctx.globalAlpha = 1;
-    this.screen = { xs: xs.subarray(0, k), ys: ys.subarray(0, k), trials: trials.slice(0, k) };
+    this.screen = { xs: xs.subarray(0, k), ys: ys.subarray(0, k), index: index.subarray(0, k) };
+    return layer;
   }
 
   frontNumbers() {
@@ -390,7 +427,7 @@ export class Scatter {
     c.dataset.x = this.data.x;
     c.dataset.y = this.data.y;
     c.dataset.color = this.data.color || "";
-    c.dataset.count = String(this.screen.trials.length + this.frontScreen.length + (this.baselineScreen ? 1 : 0));
+    c.dataset.count = String(this.screen.index.length + this.frontScreen.length + (this.baselineScreen ? 1 : 0));
     const marks = this.frontScreen.map(({ t, px, py }) => ({ number: t.number, x: +px.toFixed(1), y: +py.toFixed(1) }));
     if (this.baselineScreen) {
       const { t, px, py } = this.baselineScreen;
@@ -400,8 +437,8 @@ export class Scatter {
     c.setAttribute("aria-label",
       `Scatter of ${c.dataset.count} trials: ${this.data.x} against ${this.data.y}; ${this.frontScreen.length} on the front`);
     c.dataset.ready = "1";
-    this.onDrawn({ points: this.screen.trials.length, front: this.frontScreen.length, baseline: !!this.baselineScreen,
-      outside: this.outside });
+    this.onDrawn({ points: this.screen.index.length, front: this.frontScreen.length, baseline: !!this.baselineScreen,
+      outside: this.outside, version: this.version });
   }
 
   /** The trial under a canvas position: front and baseline first, then the nearest point. */
@@ -414,12 +451,13 @@ export class Scatter {
       if (d <= bestD) { bestD = d; best = m.t; }
     }
     if (best) return best;
-    const { xs, ys, trials } = this.screen;
+    const { xs, ys, index } = this.screen;
+    let nearest = -1;
     for (let i = 0; i < xs.length; i++) {
       const d = (xs[i] - px) ** 2 + (ys[i] - py) ** 2;
-      if (d < bestD) { bestD = d; best = trials[i]; }
+      if (d < bestD) { bestD = d; nearest = i; }
     }
-    return best;
+    return nearest < 0 ? null : this.data.points.trial(index[nearest]);
   }
 
   bindPointer() {
@@ -436,7 +474,7 @@ export class Scatter {
         }
       }
       const t = this.hit(px, py);
-      if (t !== this.hovered) {
+      if (t?.number !== this.hovered?.number) {
         this.hovered = t;
         c.style.cursor = t ? "pointer" : "crosshair";
         this.draw();

@@ -1,5 +1,7 @@
 // One study: header with actions, the Pareto scatter, hypervolume over trials, the front
-// with ratios to the baseline, and all trials; kept live by the study's event stream.
+// with ratios to the baseline, and all trials; kept live by the study's event stream. The
+// scatter's cloud of every trial comes from the points endpoint (columns), fetched once the
+// first screen is up and then only for what changed, as the event stream says that it did.
 
 import { follow, get, post } from "../api.js";
 import { confirmDialog, h, replace, throttle, toast } from "../dom.js";
@@ -7,11 +9,14 @@ import { ago, isAcf, num, stamp, unitOf, valueText } from "../format.js";
 import { navigate } from "../router.js";
 import { rampCss } from "../charts/colors.js";
 import { StepChart } from "../charts/line.js";
+import { PointCloud } from "../charts/points.js";
 import { Scatter } from "../charts/scatter.js";
 import { can, card, errorBox, progressBar, ratioPill, spinner, stateBadge } from "../widgets.js";
 import { TrialsTable, valueCell } from "./trials_table.js";
 
 const FRONT_ROWS = 50; // more on request: a long front is read on the chart, not row by row
+const DETAILS_KEPT = 200; // trials whose configuration the scatter's tooltip has fetched
+const PLOTTED = ["completed", "screened_out"];
 
 const ACTIONS = {
   pause: { label: "Pause", when: ["running"], done: "paused" },
@@ -30,12 +35,11 @@ export function studyView(root, { params, query, ctx }) {
 class StudyPage {
   constructor(root, id, query, ctx, signal) {
     Object.assign(this, { root, id, query, ctx, signal });
-    this.trials = new Map(); // number -> latest TrialOut seen on the event stream
-    this.points = []; // completed trials with values, for the scatter
-    this.pointIndex = new Map();
     this.frontTrials = [];
     this.baseline = null;
+    this.details = new Map(); // trial number -> the trial's row, for tooltips of cloud points
     this.refetchFront = throttle(() => this.loadFront(), 1500);
+    this.refetchPoints = throttle(() => this.loadPoints(), 500);
     this.onTheme = () => { if (this.scatter) { this.scatter.draw(); this.drawLegend(); } };
   }
 
@@ -69,13 +73,15 @@ class StudyPage {
     this.applyFront(front);
     window.addEventListener("paretune:theme", this.onTheme);
     await this.table.load(this.table.url() === firstUrl ? firstPage : null);
-    // Stream every trial only once the first screen is up: the cloud fills in behind it.
+    // The cloud only once the first screen is up; then the event stream from where it ends.
+    await this.loadPoints();
     if (!this.signal.aborted) this.follow();
   }
 
   destroy() {
     window.removeEventListener("paretune:theme", this.onTheme);
     this.refetchFront.cancel();
+    this.refetchPoints.cancel();
     if (this.table) this.table.refresh.cancel();
     if (this.scatter) this.scatter.destroy();
     if (this.hvChart) this.hvChart.destroy();
@@ -164,10 +170,11 @@ class StudyPage {
       onHover: (t, px, py) => this.showTooltip(t, px, py),
       onClick: (t) => this.open(t),
       onZoom: (zoomed) => { this.resetZoom.hidden = !zoomed; },
-      onDrawn: ({ front, baseline, outside }) => {
+      onDrawn: ({ front, baseline, outside, version }) => {
         if (front || baseline) this.mark("front-drawn");
         this.outside = outside;
         this.drawCloudCount();
+        if (this.cloudVersion !== undefined && version >= this.cloudVersion) this.cloudDrawn();
       },
     });
     this.scatter.set({ x: this.axes.x, y: this.axes.y, color: this.axes.color || null, directions: this.directions,
@@ -211,7 +218,9 @@ class StudyPage {
 
   showTooltip(t, px, py) {
     const tip = this.tooltip;
+    this.tipFor = t ? { number: t.number, px, py } : null;
     if (!t) { tip.hidden = true; return; }
+    if (!t.config) t = this.details.get(t.number) || this.fetchDetail(t);
     const rows = this.objectives.map((o) => h("tr", null, h("th", null, o.name), h("td", { class: "num" }, valueCell(t, o))));
     const config = Object.entries(t.config || {}).map(([k, v]) => h("div", null, h("span", { class: "k" }, k), h("span", { class: "v" }, valueText(v))));
     replace(tip,
@@ -230,6 +239,18 @@ class StudyPage {
     const top = py - 14 - hgt >= 0 ? py - 14 - hgt : Math.min(py + 14, wrap.height - hgt);
     tip.style.left = `${Math.max(0, left)}px`;
     tip.style.top = `${Math.max(0, top)}px`;
+  }
+
+  /** A cloud point has values only: its row (configuration, ratios) is fetched on hover. */
+  fetchDetail(t) {
+    this.details.set(t.number, t);
+    get(`/v1/studies/${this.id}/trials/${t.number}`, { signal: this.signal }).then((row) => {
+      this.details.set(t.number, row);
+      if (this.details.size > DETAILS_KEPT) this.details.delete(this.details.keys().next().value);
+      const tip = this.tipFor;
+      if (tip && tip.number === t.number) this.showTooltip(row, tip.px, tip.py);
+    }).catch(() => this.details.delete(t.number));
+    return t;
   }
 
   /** Performance marks (once per page) that benchmarks read: front-drawn, table, cloud. */
@@ -365,10 +386,33 @@ class StudyPage {
         rows.filter((t) => !t.is_baseline).slice(0, limit).map((t) => line(t, "on-front")), more)));
   }
 
+  /** Every plotted trial the first time, then what changed since the last answer. */
+  async loadPoints() {
+    const first = !this.cloud;
+    if (first) this.cloud = new PointCloud(this.objectives.map((o) => o.name));
+    this.pointsLoading = (this.pointsLoading || Promise.resolve()).then(async () => {
+      const body = await get(`/v1/studies/${this.id}/points?since=${this.cloud.cursor}`, { signal: this.signal });
+      if (this.cloud.merge(body) || first) {
+        this.scatter.set({ points: this.cloud });
+        if (first) this.cloudVersion = this.scatter.version;
+      }
+    }).catch((error) => {
+      if (!this.signal.aborted) toast(`Could not load the trials' points: ${error.message}`);
+    });
+    await this.pointsLoading;
+  }
+
+  cloudDrawn() {
+    if (this.root.querySelector("#study").dataset.cloud === "complete") return;
+    this.root.querySelector("#study").dataset.cloud = "complete";
+    this.mark("cloud");
+  }
+
   follow() {
     const states = { connecting: "connecting", live: "live", reconnecting: "reconnecting", ended: "finished", closed: "offline" };
     follow(`/v1/studies/${this.id}/events`, {
       signal: this.signal,
+      after: this.cloud.cursor,
       onState: (state) => {
         this.live.lastChild.textContent = states[state] || state;
         this.live.dataset.state = state;
@@ -376,40 +420,29 @@ class StudyPage {
       onEvent: (type, data) => {
         if (type === "trial") this.onTrial(data);
         else if (type === "study") this.onStudy(data);
-        else if (type === "end") this.refetchFront();
+        else if (type === "end") { this.refetchFront(); this.refetchPoints(); }
       },
     }).catch((error) => toast(`Live updates stopped: ${error.message}`));
   }
 
   onTrial(t) {
-    const isNew = !this.trials.has(t.number);
-    this.trials.set(t.number, t);
-    if (t.state === "completed" && t.values) {
-      const i = this.pointIndex.get(t.number);
-      if (i === undefined) { this.pointIndex.set(t.number, this.points.length); this.points.push(t); } else this.points[i] = t;
-      this.scatter.set({ points: this.points });
-    }
-    if (this.streamed) this.table.update(t);
-    if (isNew && this.trials.size >= this.study.progress.created) this.caughtUp();
+    this.table.update(t);
+    if (PLOTTED.includes(t.state)) this.refetchPoints();
   }
 
   drawCloudCount() {
-    const n = this.points.length.toLocaleString("en-US");
+    if (!this.cloud) return;
+    const n = (this.cloud.length - this.cloud.screened).toLocaleString("en-US");
     const out = this.outside ? ` · ${this.outside.toLocaleString("en-US")} outside the view` : "";
     this.cloudCount.textContent = `${n} completed trials${out}`;
-  }
-
-  caughtUp() {
-    if (this.streamed) return;
-    this.streamed = true;
-    this.root.querySelector("#study").dataset.cloud = "complete";
-    this.mark("cloud");
   }
 
   onStudy(s) {
     const before = this.study;
     this.applyStudy(s);
-    if (this.trials.size >= s.progress.created) this.caughtUp();
+    if (before.progress.completed !== s.progress.completed || before.progress.screened_out !== s.progress.screened_out) {
+      this.refetchPoints();
+    }
     if (before.progress.completed !== s.progress.completed || before.front_size !== s.front_size
         || before.hypervolume !== s.hypervolume) this.refetchFront();
   }
