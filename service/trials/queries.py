@@ -148,8 +148,8 @@ class Points:
     """Plotted trials as parallel columns: element i of each is one trial."""
 
     cursor: int  # the highest sequence number read
+    values: list[list[float | None]]  # one column per objective
     numbers: list[int] = field(default_factory=list)
-    values: list[list[float | None]] = field(default_factory=list)  # one column per objective
     on_front: list[bool] = field(default_factory=list)
     feasible: list[bool | None] = field(default_factory=list)
     screened_out: list[bool] = field(default_factory=list)
@@ -167,18 +167,14 @@ def points(session: Session, study_id: int, objectives: Sequence[str], since: in
                    *(Trial.values[name].as_float() for name in objectives))
             .where(Trial.study_id == study_id, Trial.seq > since, Trial.state.in_(PLOTTED), Trial.told.is_(True))
             .order_by(Trial.seq))
-    out = Points(cursor=since, values=[[] for _ in objectives])
-    for number, seq, state, on_front, feasible, is_baseline, *values in session.execute(stmt):
-        out.numbers.append(number)
-        out.cursor = seq
-        out.on_front.append(on_front)
-        out.feasible.append(feasible)
-        out.screened_out.append(state == TrialState.SCREENED_OUT.value)
-        for column, value in zip(out.values, values, strict=True):
-            column.append(value)
-        if is_baseline:
-            out.baseline = number
-    return out
+    rows = session.execute(stmt).all()
+    if not rows:
+        return Points(cursor=since, values=[[] for _ in objectives])
+    numbers, seqs, states, on_front, feasible, baselines, *values = (list(column) for column in zip(*rows, strict=True))
+    screened = TrialState.SCREENED_OUT.value
+    return Points(cursor=seqs[-1], numbers=numbers, values=values, on_front=on_front, feasible=feasible,
+                  screened_out=[state == screened for state in states],
+                  baseline=next((n for n, is_baseline in zip(numbers, baselines, strict=True) if is_baseline), None))
 
 
 def changed_since(session: Session, study_id: int, after: int, limit: int) -> list[Trial]:
