@@ -112,6 +112,48 @@ def test_study_front_axes_and_opening_a_trial_from_the_chart(page: Any, dashboar
     page.wait_for_selector("#study[data-front=ready]")
 
 
+def test_the_cloud_is_every_completed_trial_read_from_the_points_endpoint(page: Any, dashboard: Dashboard) -> None:
+    with dashboard.service.client(dashboard.member) as api:
+        study = api.get(f"/v1/studies/{dashboard.finished}").json()
+        points = api.get(f"/v1/studies/{dashboard.finished}/points").json()
+        front = api.get(f"/v1/studies/{dashboard.finished}/front").json()
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    sign_in(page, dashboard.url, dashboard.member)
+    open_study(page, dashboard.url, dashboard.finished)
+
+    canvas = page.locator("#scatter canvas")
+    assert int(canvas.get_attribute("data-count")) == study["progress"]["completed"] == len(points["numbers"])
+    assert page.text_content("#cloud-count").startswith(f"{study['progress']['completed']} completed trials")
+    # one request for every point, then the event stream from where the points end: no
+    # trial's whole row travels for the cloud
+    assert [u.split("?", 1)[1] for u in requests if "/points?" in u] == ["since=0"]
+    assert any(f"/events?after={points['cursor']}" in u for u in requests), requests
+
+    # A point of the cloud: where the front's marks say it is drawn. Hovering it shows the
+    # trial, and its configuration once fetched.
+    marks = {m["number"]: m for m in chart_marks(page) if not m.get("baseline")}
+    values = {t["number"]: t["values"] for t in front["trials"]}
+    a, b = sorted(marks, key=lambda n: values[n]["runtime_ms"])[::len(marks) - 1]
+
+    def scale(key: str, axis: str) -> tuple[float, float]:
+        slope = (marks[a][axis] - marks[b][axis]) / (values[a][key] - values[b][key])
+        return slope, marks[a][axis] - slope * values[a][key]
+    (kx, cx), (ky, cy) = scale("runtime_ms", "x"), scale("energy_mj", "y")
+    box = canvas.bounding_box()
+    cloud = [(n, kx * points["values"]["runtime_ms"][i] + cx, ky * points["values"]["energy_mj"][i] + cy)
+             for i, n in enumerate(points["numbers"]) if n not in marks and n != front["baseline"]["number"]]
+    inside = [(n, x, y) for n, x, y in cloud if 70 < x < box["width"] - 30 and 30 < y < box["height"] - 50]
+    far = [p for p in inside if min((p[1] - m["x"]) ** 2 + (p[2] - m["y"]) ** 2 for m in chart_marks(page)) > 15 ** 2
+           and min((p[1] - q[1]) ** 2 + (p[2] - q[2]) ** 2 for q in cloud if q[0] != p[0]) > 3 ** 2]
+    number, x, y = far[0]
+    page.mouse.move(box["x"] + x, box["y"] + y)
+    tooltip = page.locator(".tooltip")
+    tooltip.wait_for(state="visible")
+    assert f"Trial #{number}" in tooltip.text_content()
+    page.wait_for_function("() => document.querySelector('.tooltip').textContent.includes('BLOCK_M')")
+
+
 def trial_page_shows_everything(page: Any) -> None:
     for objective in ("runtime_ms", "energy_mj", "compile_s"):
         card = page.locator(f"#objectives [data-metric='{objective}']")
@@ -163,6 +205,8 @@ def test_trials_table_sorts_filters_and_pages_on_the_server(page: Any, dashboard
 
 def test_a_new_trial_appears_live_without_reloading(page: Any, dashboard: Dashboard) -> None:
     sign_in(page, dashboard.url, dashboard.member)
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
     open_study(page, dashboard.url, dashboard.live)
     page.evaluate("window.__sameDocument = true")
     assert page.locator("#trials tbody tr[data-number='29'][data-state='queued']").count() == 1
@@ -175,6 +219,7 @@ def test_a_new_trial_appears_live_without_reloading(page: Any, dashboard: Dashbo
 
     page.wait_for_selector("#trials tbody tr[data-number='29'][data-state='completed']", timeout=10_000)
     page.wait_for_function(f"() => +document.querySelector('#scatter canvas').dataset.count === {plotted + 1}")
+    assert any("/points?since=" in u and not u.endswith("since=0") for u in requests)  # only what changed
     page.wait_for_selector("#study .title-row .badge[data-state='completed']")  # the budget is used up
     page.wait_for_selector("#live[data-state='ended']")
     assert "30 / 30" in page.text_content(".progress-row")

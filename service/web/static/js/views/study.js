@@ -155,7 +155,7 @@ class StudyPage {
       h("option", { value: "all", selected: this.query.get("fit") === "all" }, "all trials"));
     this.resetZoom = h("button", { class: "btn btn-small", hidden: true, onclick: () => this.scatter.resetZoom() }, "Reset zoom");
     this.tooltip = h("div", { class: "tooltip", hidden: true });
-    this.cloudCount = h("span", { class: "muted" });
+    this.cloudCount = h("span", { class: "muted", id: "cloud-count" });
     const plot = h("div", { class: "scatter", id: "scatter" });
     const controls = h("div", { class: "chart-controls" },
       h("label", null, "X", select("x-axis", "x", axisChoices)),
@@ -420,7 +420,7 @@ class StudyPage {
       onEvent: (type, data) => {
         if (type === "trial") this.onTrial(data);
         else if (type === "study") this.onStudy(data);
-        else if (type === "end") { this.refetchFront(); this.refetchPoints(); }
+        else if (type === "end") this.refetchFront();
       },
     }).catch((error) => toast(`Live updates stopped: ${error.message}`));
   }
