@@ -120,8 +120,8 @@ def front(session: Session, study_id: int) -> tuple[list[Trial], Trial | None]:
     members = session.execute(
         select(Trial).where(Trial.study_id == study_id, Trial.on_front.is_(True)).order_by(Trial.number)
     ).scalars().all()
-    baseline = session.execute(
-        select(Trial).where(Trial.study_id == study_id, Trial.is_baseline.is_(True))
+    baseline = session.execute(  # the study's first trial (service.scheduling.step): found by its number
+        select(Trial).where(Trial.study_id == study_id, Trial.number == 0, Trial.is_baseline.is_(True))
     ).scalar_one_or_none()
     return list(members), baseline
 
@@ -130,11 +130,10 @@ def hypervolume_history(session: Session, study: Study, points: int) -> list[tup
     """Hypervolume by completed-trial count, thinned to about `points` entries."""
     total = study.n_completed
     stride = max(1, total // points)
+    wanted = sorted({*range(stride, total + 1, stride), total})  # looked up, not filtered from every trial
     stmt = select(Trial.completed_index, Trial.hypervolume_after).where(
-        Trial.study_id == study.id, Trial.completed_index.is_not(None), Trial.hypervolume_after.is_not(None)
+        Trial.study_id == study.id, Trial.completed_index.in_(wanted), Trial.hypervolume_after.is_not(None)
     )
-    if stride > 1:
-        stmt = stmt.where(or_(Trial.completed_index % stride == 0, Trial.completed_index == total))
     rows = session.execute(stmt.order_by(Trial.completed_index)).all()
     return [(r[0], r[1]) for r in rows if r[0] is not None and r[1] is not None]
 

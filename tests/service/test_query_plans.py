@@ -1,10 +1,10 @@
-"""Queries that run for every result must not read a study's finished trials. SQLite plans
-without statistics, so the plans are read from SQLite itself for the statements the
-scheduler sends."""
+"""Queries that run for every result, or every time a study's page opens, must not read
+all of a study's trials: a study may have 100,000. SQLite plans without statistics, so the
+plans are read from SQLite itself for the statements the service sends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +21,60 @@ def sqlite_api(tmp_path: Path) -> Iterator[Api]:
     yield from make_api(f"sqlite:///{tmp_path / 'paretune.db'}")
 
 
+def plans(api: Api, call: Callable[[], Any]) -> list[tuple[str, str]]:
+    """Each query of the trials table that `call` sends, with SQLite's plan for it."""
+    engine = api.client.app.state.paretune.db.engine  # type: ignore[attr-defined]
+    sent: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM trials" in statement:
+            sent.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        call()
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    with engine.connect() as conn:
+        return [(statement, " / ".join(row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}",
+                                                                               parameters)))
+                for statement, parameters in sent]
+
+
 def test_finding_untold_trials_goes_through_the_told_index(sqlite_api: Api) -> None:
     api = sqlite_api
     study = api.create_study(budget={"max_trials": 60}, parallelism=8)
     api.run_worker(api.worker(), result_for)
     state = api.client.app.state.paretune  # type: ignore[attr-defined]
-    sent: list[tuple[str, Any]] = []
 
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "told" in statement:
-            sent.append((statement, parameters))
-
-    event.listen(state.db.engine, "before_cursor_execute", capture)
-    try:
+    def scan_and_step() -> None:
         with state.db.read() as session:
             pending_studies(session)
         state.scheduler.step_now(study["id"], wait=True)
-    finally:
-        event.remove(state.db.engine, "before_cursor_execute", capture)
-    assert len(sent) >= 2  # the scan for studies with untold trials, and the step's own
-    with state.db.engine.connect() as conn:
-        for statement, parameters in sent:
-            plan = " / ".join(row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters))
-            assert "ix_trials_told" in plan, (statement, plan)
+
+    untold = [(statement, plan) for statement, plan in plans(api, scan_and_step) if "told" in statement]
+    assert len(untold) >= 2  # the scan for studies with untold trials, and the step's own
+    for statement, plan in untold:
+        assert "ix_trials_told" in plan, (statement, plan)
+
+
+def test_opening_a_study_reads_no_trial_it_does_not_show(sqlite_api: Api) -> None:
+    api = sqlite_api
+    study = api.create_study(budget={"max_trials": 60}, parallelism=8)
+    api.run_worker(api.worker(), result_for)
+
+    def open_page() -> None:
+        for path in ("front", "points", "trials?sort=-number&limit=25", "trials?on_front=true&limit=25",
+                     "trials?state=failed,cancelled&limit=25"):
+            assert api.client.get(f"/v1/studies/{study['id']}/{path}", headers=api.admin).status_code == 200
+
+    sent = plans(api, open_page)
+    assert len(sent) >= 7
+    for statement, plan in sent:
+        # every search narrows the study's trials by more than the study, reads an index only,
+        # or stops after a page in the index's order
+        narrowed = "(study_id=?)" not in plan or "COVERING" in plan
+        paged = "LIMIT" in statement and "TEMP B-TREE" not in plan
+        assert "SCAN" not in plan and (narrowed or paged), (statement, plan)
+    points = [plan for statement, plan in sent if '"values"' in statement and "ORDER BY trials.seq" in statement]
+    assert points and all("COVERING INDEX ix_trials_study_seq" in plan for plan in points)
