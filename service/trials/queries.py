@@ -72,42 +72,48 @@ def parse_states(text: str | None) -> list[str]:
 
 def page(session: Session, study: Study, *, states: list[str], on_front: bool | None, sort: str, limit: int,
          cursor: str | None) -> tuple[list[Trial], str | None]:
-    stmt = select(Trial).where(Trial.study_id == study.id)
+    """A keyset page: the page's trial numbers, filtered and ordered where an index holds
+    what it needs (the (study_id, seq) index carries each trial's state, front flag and
+    values, so sorting by an objective reads no trial row), then the page's rows."""
+    stmt, key = _sorted(study, sort, cursor)
+    stmt = stmt.where(Trial.study_id == study.id)
     if states:
         stmt = stmt.where(Trial.state.in_(states))
     if on_front is not None:
         stmt = stmt.where(Trial.on_front.is_(on_front))
-    stmt, key = _sorted(stmt, study, sort, cursor)
-    rows = session.execute(stmt.limit(limit + 1)).scalars().all()
-    next_cursor = encode_cursor(key(rows[limit - 1])) if len(rows) > limit else None
-    return list(rows[:limit]), next_cursor
+    keys = session.execute(stmt.limit(limit + 1)).all()
+    numbers = [row.number for row in keys[:limit]]
+    rows = {t.number: t for t in session.execute(
+        select(Trial).where(Trial.study_id == study.id, Trial.number.in_(numbers))).scalars()}
+    next_cursor = encode_cursor(key(keys[limit - 1])) if len(keys) > limit else None
+    return [rows[n] for n in numbers if n in rows], next_cursor
 
 
-def _sorted(stmt: Select[Any], study: Study, sort: str, cursor: str | None) -> tuple[Select[Any], Any]:
-    """Keyset pagination: order by (key, number) and continue after the cursor's key."""
+def _sorted(study: Study, sort: str, cursor: str | None) -> tuple[Select[Any], Any]:
+    """Keyset pagination: order by (key, number) and continue after the cursor's key; the
+    statement selects the key and the number, and the function turns a row into a cursor."""
     descending = sort.startswith("-")
     name = sort.lstrip("-")
     if name == "number":
         after = decode_cursor(cursor, [int]) if cursor else None
         column = Trial.number
-        stmt = stmt.order_by(column.desc() if descending else column)
+        stmt = select(column).order_by(column.desc() if descending else column)
         if after:
             stmt = stmt.where(column < after[0] if descending else column > after[0])
-        return stmt, lambda t: [t.number]
+        return stmt, lambda row: [row.number]
     if name not in document_of(study).objective_names:
         raise Invalid(f"cannot sort by {name!r}; use number or an objective of this study", field="sort")
     after = decode_cursor(cursor, [int | float, int]) if cursor else None
-    value = Trial.values[name].as_float()
-    stmt = stmt.where(Trial.values.is_not(None))
-    order = (value.desc(), Trial.number.desc()) if descending else (value, Trial.number)
-    stmt = stmt.order_by(*order)
+    value = Trial.values[name].as_float().label("value")
+    stmt = select(value, Trial.number).where(Trial.values.is_not(None))
+    stmt = stmt.order_by(*((value.desc(), Trial.number.desc()) if descending else (value, Trial.number)))
     if after:
         v, n = float(after[0]), after[1]
         if descending:
             stmt = stmt.where(or_(value < v, and_(value == v, Trial.number < n)))
         else:
             stmt = stmt.where(or_(value > v, and_(value == v, Trial.number > n)))
-    return stmt, lambda t: [t.values[name], t.number]
+    return stmt, lambda row: [row.value, row.number]
 
 
 def by_number(session: Session, study_id: int, number: int) -> Trial | None:
