@@ -21,7 +21,16 @@ from service.studies.access import visible_study
 from service.studies.document import document_of
 from service.studies.schemas import ObjectiveOut, StudyOut
 from service.trials import queries
-from service.trials.schemas import FrontOut, HistoryPoint, PointsOut, TrialDetail, TrialOut, TrialPage, trial_out
+from service.trials.schemas import (
+    FrontOut,
+    HistoryPoint,
+    PointsOut,
+    TrialDetail,
+    TrialOut,
+    TrialPage,
+    points_json,
+    trial_out,
+)
 
 router = APIRouter(prefix="/v1/studies", tags=["trials"], responses=ERROR_RESPONSES)
 
@@ -57,10 +66,7 @@ def get_points(
     study = visible_study(session, principal, study_id)
     names = document_of(study).objective_names
     points = queries.points(session, study_id, names, since)
-    out = PointsOut(study_id=study_id, objectives=list(names), cursor=points.cursor, numbers=points.numbers,
-                    values=dict(zip(names, points.values, strict=True)), on_front=points.on_front,
-                    feasible=points.feasible, screened_out=points.screened_out, baseline=points.baseline)
-    return Response(out.model_dump_json(), media_type="application/json")
+    return Response(points_json(study_id, names, points), media_type="application/json")
 
 
 @router.get("/{study_id}/trials/{number}", response_model=TrialDetail)

@@ -10,10 +10,13 @@ from conftest import Api
 from fake_worker import result_for
 from test_screening_api import RT_E, SPACE, energy_worker, scripted
 
+from service.trials.schemas import PointsOut
+
 
 def points(api: Api, study_id: int, since: int = 0, headers: dict[str, str] | None = None) -> dict[str, Any]:
     r = api.client.get(f"/v1/studies/{study_id}/points", params={"since": since}, headers=headers or api.admin)
     assert r.status_code == 200, r.text
+    PointsOut.model_validate_json(r.text)  # what the OpenAPI document says it is
     body: dict[str, Any] = r.json()
     n = len(body["numbers"])
     columns = [body["on_front"], body["feasible"], body["screened_out"], *body["values"].values()]
