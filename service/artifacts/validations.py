@@ -76,14 +76,14 @@ def baseline_config(session: Session, study: Study) -> dict[str, Any]:
     row = session.execute(
         select(Trial.config).where(Trial.study_id == study.id, Trial.is_baseline.is_(True)).limit(1)
     ).scalar_one_or_none()
-    return dict(row) if row is not None else dict(study.document["baseline"])
+    return dict(row) if row is not None else dict(sd.document_of(study).baseline)
 
 
 def start(session: Session, study: Study, candidates: list[Candidate], *, rounds: int, requested_by: str) -> Validation:
     """A validation of `candidates` (flushed, with ids) against the study's baseline: its jobs queued."""
-    doc = study.document
-    kernel = wire.KernelSpec.model_validate(doc["kernel"])
-    measure = {k: v for k, v in doc["measure"].items() if k not in ("screen", "promote")}
+    doc = sd.document_of(study)
+    kernel = doc.kernel
+    measure = wire.MeasureSettings.model_validate(doc.measure.model_dump(exclude={"screen", "promote"}))
     blocks = split_rounds(rounds, live_workers(session, study.pool, study.backend))
     validation = Validation(
         study_id=study.id, team_id=study.team_id, pool=study.pool, state=VALIDATION.initial.value,
@@ -93,25 +93,23 @@ def start(session: Session, study: Study, candidates: list[Candidate], *, rounds
     session.add(validation)
     session.flush()
     configs = 1 + len(candidates)
-    limits = doc["limits"]
     acfs = controls_files.read(session, controls_files.named(kernel.controls,
                                                              [validation.baseline, *(c.config for c in candidates)]))
     for block in blocks:
         spec = wire.ValidationSpec(
             validation_id=validation.id, job_id=0, study_id=study.id, kernel=kernel, baseline=validation.baseline,
             candidates=[wire.ValidationCandidate(candidate_id=c.id, config=c.config) for c in candidates],
-            objectives=[o["name"] for o in study.objectives], rounds=block,
-            measure=wire.MeasureSettings.model_validate(measure),
-            compile_timeout_s=limits["compile_timeout_s"],
-            run_timeout_s=min(MAX_RUN_TIMEOUT_S, limits["run_timeout_s"] * configs * (block + 1)),
-            compile_only=bool(doc.get("compile_only", False)), acfs=acfs,
+            objectives=doc.objective_names, rounds=block, measure=measure,
+            compile_timeout_s=doc.limits.compile_timeout_s,
+            run_timeout_s=min(MAX_RUN_TIMEOUT_S, doc.limits.run_timeout_s * configs * (block + 1)),
+            compile_only=doc.compile_only, acfs=acfs,
         )
         session.add(ValidationJob(
             validation_id=validation.id, study_id=study.id, pool=study.pool, backend=study.backend,
-            requires_energy=study.requires_energy, requires_gpu=sd.requires_gpu(study.backend, doc),
+            requires_energy=study.requires_energy, requires_gpu=doc.requires_gpu,
             state=JOB.initial.value,
             spec=spec.model_dump(mode="json", exclude={"job_id", "attempt"}), rounds=block,
-            max_attempts=limits["max_attempts"],
+            max_attempts=doc.limits.max_attempts,
         ))
     for candidate in candidates:
         candidate.validation_id = validation.id
@@ -228,8 +226,9 @@ def judge(session: Session, validation: Validation, jobs: list[ValidationJob]) -
                if j.state == JobState.COMPLETED and j.report is not None]
     study = session.get(Study, validation.study_id)
     assert study is not None
-    objectives = [(o["name"], o["direction"]) for o in study.objectives]
-    confidence = float(study.document["measure"].get("confidence", 0.95))
+    document = sd.document_of(study)
+    objectives = [(o.name, o.direction) for o in document.objectives]
+    confidence = document.measure.confidence
     results: dict[str, Any] = {}
     candidates = {c.id: c for c in session.execute(
         select(Candidate).where(Candidate.id.in_(validation.candidate_ids))).scalars()}
