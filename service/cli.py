@@ -448,7 +448,8 @@ def study_create(
     api = Api(server, token)
     study = api.call("POST", "/v1/studies", json=document)
     console.print(f"study {study['id']} created ({study['name']}): {study['progress']['max_trials']} trials, "
-                  f"sampler {study['sampler']}, pool {study['pool']}")
+                  f"sampler {study['sampler']}, pool {study['pool']}: {server.rstrip('/')}/ui/studies/{study['id']}",
+                  soft_wrap=True)
     if watch:
         _watch(api, study["id"])
 

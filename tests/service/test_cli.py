@@ -36,6 +36,8 @@ def test_study_create_watch_and_front(live_sqlite_service: LiveService, tmp_path
     created = run_cli("study", "create", "-f", str(doc), env=env)
     assert created.returncode == 0, created.stderr
     assert "study 1 created (cli study): 8 trials, sampler nsga2" in created.stdout
+    link = created.stdout.split()[-1]  # the study's own page
+    assert link == f"{service.url}/ui/studies/1" and httpx.get(link).status_code == 200
 
     token = service.make_worker_token()
     with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {token}"}) as client:
