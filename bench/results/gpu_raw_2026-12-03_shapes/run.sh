@@ -14,7 +14,7 @@ ATT_A='[{"dims": {"batch": 16, "heads": 32, "seq": 512, "head_dim": 128, "causal
 ATT_B='[{"dims": {"batch": 1, "heads": 32, "seq": 16384, "head_dim": 128, "causal": 1}, "weight": 1}]'
 RMS='[{"dims": {"rows": 4096, "cols": 4096}, "weight": 1}]'
 SKIP=()
-[ "$PHASE" = rest ] && SKIP=(--skip carried/sweep_rmsnorm_4096.json)
+[ "$PHASE" = rest ] && SKIP=(--skip bench/results/gpu_raw_2026-12-03_shapes/sweep_rmsnorm_4096_first.json)
 pids=()
 for j in 0 1 2 3 4 5 6 7 8 9; do
   taskset -c 2-15 nice -n 5 python3 bench/gpu/sweep.py --kernel rmsnorm --backend cuda --cache /tmp/cache-rms \
