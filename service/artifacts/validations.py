@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Row, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Row, func, null, select, update
+from sqlalchemy.orm import Session, defer
 
 from service.artifacts import audit
 from service.artifacts.comparison import compare_reports
@@ -136,6 +136,10 @@ class ValidationWork(WorkKind):
     machine = JOB
     hint: ClassVar[QueuedHint | None] = QUEUED_HINT
 
+    def lease_values(self) -> dict[str, Any]:
+        """A new attempt measures every round again."""
+        return {"rounds_done": 0, "round_s": null(), "progress_at": null()}
+
     def lease_columns(self) -> Sequence[ColumnElement[Any]]:
         c = VALIDATION_JOBS.c
         return (c.id, c.validation_id, c.spec, c.attempt)
@@ -150,9 +154,24 @@ class ValidationWork(WorkKind):
         spec = session.execute(select(ValidationJob.spec).where(ValidationJob.lease_token == lease.token)).scalar()
         if spec is not None:
             _check_report(spec, report)
-        state = JobState.COMPLETED if report.status == "completed" else JobState.FAILED
-        return Outcome(state.value, {"report": storable(report.model_dump(mode="json")),
-                                     "message": storable_text(report.message[:10_000])})
+        if report.status == "completed":
+            return Outcome(JobState.COMPLETED.value, {**self._reported(report), "rounds_done": report.rounds})
+        return Outcome(JobState.FAILED.value, self._reported(report))  # its rounds as its heartbeats said
+
+    @staticmethod
+    def _reported(report: wire.ValidationReport) -> dict[str, Any]:
+        return {"report": storable(report.model_dump(mode="json")), "message": storable_text(report.message[:10_000])}
+
+    def progressed(self, session: Session, lease: Held, progress: wire.RoundProgress) -> None:
+        """The rounds measured so far, stamped when their count grows."""
+        c = VALIDATION_JOBS.c
+        rounds = session.execute(select(c.rounds).where(c.lease_token == lease.token)).scalar_one()
+        done = len(progress.round_s)
+        if done > rounds:
+            raise Invalid(f"the job has {rounds} rounds; progress names {done} (one duration per round measured)",
+                          field="progress.round_s")
+        session.execute(update(VALIDATION_JOBS).where(c.lease_token == lease.token, c.rounds_done < done)
+                        .values(rounds_done=done, round_s=progress.round_s, progress_at=utcnow()))
 
     def ack_columns(self) -> Sequence[ColumnElement[Any]]:
         return (VALIDATION_JOBS.c.id, VALIDATION_JOBS.c.validation_id)
@@ -184,6 +203,8 @@ class ValidationWork(WorkKind):
 
 
 def _check_report(spec: dict[str, Any], report: wire.ValidationReport) -> None:
+    if report.rounds > spec["rounds"]:
+        raise Invalid(f"the job has {spec['rounds']} rounds; the report names {report.rounds}", field="rounds")
     expected = sorted(c["candidate_id"] for c in spec["candidates"])
     got = sorted(c.candidate_id for c in report.candidates if c.candidate_id is not None)
     if report.status == "completed" and got != expected:
@@ -288,6 +309,16 @@ def _verdict(reports: list[wire.ValidationReport], candidate_id: int, objectives
 
 def _short(value: float | None) -> str:
     return "?" if value is None or not math.isfinite(value) else f"{value:.4g}"
+
+
+def jobs_of(session: Session, validation_ids: Sequence[int]) -> dict[int, list[ValidationJob]]:
+    """The jobs of each validation, in order."""
+    found: dict[int, list[ValidationJob]] = {v: [] for v in validation_ids}
+    for job in session.execute(select(ValidationJob).where(ValidationJob.validation_id.in_(validation_ids))
+                               .options(defer(ValidationJob.report), defer(ValidationJob.spec))
+                               .order_by(ValidationJob.id)).scalars():
+        found[job.validation_id].append(job)
+    return found
 
 
 def job_counts(session: Session, validation_id: int) -> dict[str, int]:
