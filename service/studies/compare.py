@@ -54,7 +54,7 @@ class ComparedTarget(BaseModel):
 
     gpu: list[str] = Field(description="GPU models")
     compute_capability: list[str]
-    cpu: list[str] = Field(description="CPU models (the device of the cpu backend)")
+    cpu: list[str] = Field(description="CPU models, where no GPU measured it (the cpu backend's device)")
     workload: list[WorkloadShape] = Field(description="the study's workload shapes")
     toolchain: dict[str, list[str]] = Field(description="driver, cuda, triton, ptxas, nvrtc, cc: the versions "
                                                         "reported (a field none reported is left out)")
@@ -172,7 +172,8 @@ def _target(study: Study, document: ResolvedDocument, measured: Sequence[Trial])
             if reported.get(name):
                 values.add(str(reported[name]))
     return ComparedTarget(
-        gpu=sorted(seen["gpu"]), compute_capability=sorted(seen["compute_capability"]), cpu=sorted(seen["cpu"]),
+        gpu=sorted(seen["gpu"]), compute_capability=sorted(seen["compute_capability"]),
+        cpu=[] if seen["gpu"] else sorted(seen["cpu"]),  # a GPU's host CPU is not what was measured
         workload=document.kernel.workload,
         toolchain={name: sorted(seen[name]) for name in TOOLCHAIN_FIELDS if seen[name]},
         acf=any(p.type == "compiler_controls" for p in document.space), pool=study.pool)

@@ -14,8 +14,8 @@ from fake_worker import result_for
 from service.studies.compare import ComparedTarget, differences
 from wire.contract import WorkloadShape
 
-H200 = {"hostname": "node-a", "backends": ["python"], "gpu_name": "NVIDIA H200", "driver_version": "580.95.05",
-        "cuda_version": "13.0", "compilers": {"triton": "3.5.0", "ptxas": "13.0.88"},
+H200 = {"hostname": "node-a", "backends": ["python"], "cpu_model": "Xeon 8480+", "gpu_name": "NVIDIA H200",
+        "driver_version": "580.95.05", "cuda_version": "13.0", "compilers": {"triton": "3.5.0", "ptxas": "13.0.88"},
         "device_limits": {"compute_capability": "9.0", "shared_memory_per_block": 232448}}
 H100 = {**H200, "hostname": "node-b", "gpu_name": "NVIDIA H100 80GB HBM3", "compilers": {"triton": "3.4.0",
                                                                                        "ptxas": "13.0.88"}}
@@ -97,6 +97,7 @@ def test_fronts_normalised_to_their_own_baselines_and_the_differences(api: Api) 
     targets = [s["target"] for s in body["studies"]]
     assert targets[0]["gpu"] == ["NVIDIA H200"] and targets[1]["gpu"] == ["NVIDIA H100 80GB HBM3"]
     assert targets[0]["compute_capability"] == targets[1]["compute_capability"] == ["9.0"]
+    assert targets[0]["cpu"] == targets[1]["cpu"] == []  # the GPU's host CPU is not the device measured
     assert targets[0]["toolchain"] == {"driver": ["580.95.05"], "cuda": ["13.0"], "triton": ["3.5.0"],
                                        "ptxas": ["13.0.88"]}
     assert targets[1]["toolchain"]["triton"] == ["3.4.0"]
@@ -111,11 +112,14 @@ def test_fronts_normalised_to_their_own_baselines_and_the_differences(api: Api) 
 
 
 def test_the_same_target_has_no_differences(api: Api) -> None:
-    worker = register(api, "default", H200)
+    worker = register(api, "default", {"hostname": "cpu-node", "backends": ["python"], "cpu_model": "Test CPU",
+                                       "compilers": {"cc": "gcc 12.2.0"}})
     first, second = ran(api, worker, 1.0), ran(api, worker, 1.0)
     body = get(api, "/v1/compare", studies=f"{second},{first}")
     assert [s["id"] for s in body["studies"]] == [second, first]
     assert body["differences"] == []
+    target = body["studies"][0]["target"]  # no GPU measured it: the CPU is its device
+    assert (target["gpu"], target["cpu"], target["toolchain"]) == ([], ["Test CPU"], {"cc": ["gcc 12.2.0"]})
 
 
 def test_differences_of_targets_include_the_acf() -> None:
