@@ -34,7 +34,7 @@ from wire.contract import Target, WorkloadShape
 from wire.modules import module_target
 
 MIN_STUDIES, MAX_STUDIES = 2, 6
-ID_TEXT = re.compile(r"^[0-9]{1,10}$")
+ID_TEXT = re.compile(r"[0-9]{1,10}")
 DEVICE_FIELDS = ("gpu", "compute_capability", "cpu")
 TOOLCHAIN_FIELDS = Target.TOOLCHAIN_FIELDS
 
@@ -90,15 +90,16 @@ def parse_ids(text: str) -> list[int]:
     errors: list[dict[str, str]] = []
     ids: list[int] = []
     for part in parts:
-        if not ID_TEXT.match(part) or not 1 <= int(part) <= MAX_ID:
-            errors.append({"field": "studies", "message": f"{part!r} is not a study id: list study ids (whole "
+        if not ID_TEXT.fullmatch(part) or not 1 <= int(part) <= MAX_ID:
+            errors.append({"field": "studies", "message": f"{part[:20]!r} is not a study id: list study ids (whole "
                                                           "numbers) separated by commas, e.g. studies=12,15"})
         elif int(part) in ids:
-            errors.append({"field": "studies", "message": f"study {part} is listed twice: list each study once"})
+            errors.append({"field": "studies", "message": f"study {int(part)} is listed twice: list each study once"})
         else:
             ids.append(int(part))
     if not MIN_STUDIES <= len(parts) <= MAX_STUDIES:
-        errors.append({"field": "studies", "message": f"{len(parts)} studies listed: compare {MIN_STUDIES} to "
+        listed = f"{len(parts)} {'study' if len(parts) == 1 else 'studies'} listed"
+        errors.append({"field": "studies", "message": f"{listed}: compare {MIN_STUDIES} to "
                                                       f"{MAX_STUDIES} studies, e.g. studies=12,15"})
     if errors:
         raise invalid(errors)

@@ -102,4 +102,4 @@ def test_compare_prints_each_front_against_its_baseline_and_the_differences(live
             f"  pool: study {ids[0]}: default; study {ids[1]}: h100") in out
 
     one = run_cli("compare", str(ids[0]), env=env)
-    assert one.returncode == 1 and "1 studies listed: compare 2 to 6 studies" in one.stderr
+    assert one.returncode == 1 and "1 study listed: compare 2 to 6 studies" in one.stderr

@@ -145,7 +145,7 @@ def test_what_cannot_be_compared_is_refused_with_what_differs(api: Api) -> None:
     worker = register(api, "default", H200)
     first, second = ran(api, worker, 1.0), ran(api, worker, 1.0)
 
-    assert "1 studies listed: compare 2 to 6 studies" in refused(api, f"{first}", 422)["message"]
+    assert "1 study listed: compare 2 to 6 studies" in refused(api, f"{first}", 422)["message"]
     assert "7 studies listed: compare 2 to 6" in refused(api, "1,2,3,4,5,6,7", 422)["message"]
     error = refused(api, f"{first},x,{first}", 422)
     assert [e["message"] for e in error["errors"]] == [
