@@ -3,7 +3,8 @@
 // cross-hairs. Canvas, so that ten thousand points draw in a few milliseconds.
 // Hover shows the trial, click opens it, drag zooms, double-click resets the zoom.
 // Several studies' fronts in one plot: each trial of `front` names its `group` (its study) and
-// `color`, `baselines` lists each group's baseline, and each group gets its own staircase.
+// `color`, `baselines` lists each group's baseline, and each group gets its own staircase;
+// `titles` gives an axis title per objective, where it is not the objective's name.
 
 import { num } from "../format.js";
 import { niceTicks, ramp, themeColors } from "./colors.js";
@@ -35,8 +36,7 @@ export class Scatter {
     this.bindPointer();
   }
 
-  /** points: completed trials; front: trials on the front; x, y, color: objective names;
-   * titles: an axis title per objective, where it is not the objective's name. */
+  /** points: completed trials; front: trials on the front; x, y, color: objective names. */
   set(data) {
     const axesChanged = (data.x !== undefined && (data.x !== this.data.x || data.y !== this.data.y))
       || (data.log !== undefined && data.log !== this.data.log)
