@@ -8,7 +8,7 @@ import { navigate } from "../router.js";
 import { rampCss } from "../charts/colors.js";
 import { StepChart } from "../charts/line.js";
 import { Scatter } from "../charts/scatter.js";
-import { can, card, errorBox, progressBar, ratioPill, spinner, stateBadge } from "../widgets.js";
+import { can, card, errorBox, placeTooltip, progressBar, ratioPill, spinner, stateBadge } from "../widgets.js";
 import { TrialsTable, valueCell } from "./trials_table.js";
 
 const FRONT_ROWS = 50; // more on request: a long front is read on the chart, not row by row
@@ -221,15 +221,7 @@ class StudyPage {
       h("table", null, h("tbody", null, rows)),
       h("div", { class: "tip-config" }, config));
     tip.hidden = false;
-    // Above and to the right of the point where it fits: the front usually sits towards the
-    // lower left, and the tooltip should not hide the neighbours being compared.
-    const wrap = tip.parentElement.getBoundingClientRect();
-    const w = tip.offsetWidth;
-    const hgt = tip.offsetHeight;
-    const left = px + 14 + w <= wrap.width ? px + 14 : px - 14 - w;
-    const top = py - 14 - hgt >= 0 ? py - 14 - hgt : Math.min(py + 14, wrap.height - hgt);
-    tip.style.left = `${Math.max(0, left)}px`;
-    tip.style.top = `${Math.max(0, top)}px`;
+    placeTooltip(tip, px, py);
   }
 
   /** Performance marks (once per page) that benchmarks read: front-drawn, table, cloud. */
