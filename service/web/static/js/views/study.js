@@ -109,7 +109,8 @@ class StudyPage {
     const side = h("aside", { class: "side" },
       card("Hypervolume", { cls: "hv-card" }, this.kpis, hvBox),
       card("Best against the baseline", {}, this.bestList),
-      startedFrom(s.warm_start));
+      startedFrom(s.warm_start),
+      workloadCard(s.document?.kernel?.workload));
 
     const trialsBox = h("div");
     replace(this.root, h("div", { class: "study-page", id: "study", dataset: { study: s.id } },
@@ -420,6 +421,23 @@ function startedFrom(warm) {
       h("span", { class: "muted" }, ` (distance ${src.distance})`)))
     : warm.configs.map((c, i) => h("li", null, `trial ${i + 1}: `, h("code", null, JSON.stringify(c))));
   return card(`Started from (${warm.mode})`, { id: "started-from" }, h("ul", { class: "started-from" }, rows));
+}
+
+/** The shapes the study measures and their weights (a traffic import's buckets) as a
+ * histogram: one bar per shape, its length the shape's share of the total weight. */
+function workloadCard(workload) {
+  if (!workload || !workload.length) return null;
+  const total = workload.reduce((sum, w) => sum + (w.weight ?? 1), 0) || 1;
+  const top = Math.max(...workload.map((w) => w.weight ?? 1));
+  const rows = workload.map((w) => {
+    const share = (w.weight ?? 1) / total;
+    return h("li", { dataset: { share: share.toFixed(4) } },
+      h("span", { class: "shape" }, Object.entries(w.dims).map(([k, v]) => `${k}=${v}`).join(" ")),
+      h("span", { class: "bar" }, h("span", { style: { width: `${(100 * (w.weight ?? 1)) / top}%` } })),
+      h("span", { class: "share" }, `${(100 * share).toFixed(1)}%`));
+  });
+  return card(`Workload (${workload.length} shape${workload.length === 1 ? "" : "s"})`, { id: "workload" },
+    h("ul", { class: "workload-bars" }, rows));
 }
 
 function fmtConfig(value, base, isBaseline) {
