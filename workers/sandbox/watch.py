@@ -20,7 +20,7 @@ from workers.sandbox.files import UnsafeFile, read_untrusted, tree_usage
 
 PHASE_FILE = "phase"  # what the sandbox is doing, written by it into its job directory
 # the seconds each round took so far, a JSON list, written by a sandbox that measures in rounds
-ROUNDS_FILE = "rounds"
+ROUNDS_FILE = "round-seconds"
 DISK_POLL_S = 0.2
 MAX_ENTRIES = 200_000
 
