@@ -117,7 +117,7 @@ SIGMAS_PER_RANGE_OF_FIVE = 2.326  # expected (max - min) / sigma of five normal 
 GPU_OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]
 
 
-def load_gpu(kernel: str, files: list[Path]) -> KernelSweep:
+def load_gpu(kernel: str, files: list[Path], objectives: list[str] = GPU_OBJECTIVES) -> KernelSweep:
     """bench/gpu/sweep.py files of one built-in, one shape each (a file without `workload`
     swept the built-in's own), its space the built-in's. Their noise is that of the five
     repeats of the baseline in bench/results/gpu_<kernel>.json, as bench/gpu/replay_service.py
@@ -128,17 +128,17 @@ def load_gpu(kernel: str, files: list[Path]) -> KernelSweep:
     builtin = get_builtin(backend, kernel)
     assert builtin is not None
     repeats = json.loads((REPO / f"bench/results/gpu_{kernel}.json").read_text())["repeats"]
-    sigmas = {name: repeats[f"{name}_spread"] / SIGMAS_PER_RANGE_OF_FIVE for name in GPU_OBJECTIVES}
+    sigmas = {name: repeats[f"{name}_spread"] / SIGMAS_PER_RANGE_OF_FIVE for name in objectives}
     shapes = []
     for path in files:
         data = json.loads(path.read_text())
         if data.get("stopped") or data.get("evaluations") != data.get("space_size"):
             raise SystemExit(f"{path} does not cover the space: {data.get('stopped')}")
-        table = {config_key(r["config"]): ({o: r["values"][o] for o in GPU_OBJECTIVES} if r.get("values") else None)
+        table = {config_key(r["config"]): ({o: r["values"][o] for o in objectives} if r.get("values") else None)
                  for r in data["rows"]}
         shapes.append(ShapeSweep(data.get("workload") or builtin.workload, table, sigmas, dict(builtin.default_config),
-                                 GPU_OBJECTIVES))
-    return KernelSweep(kernel, backend, [], GPU_OBJECTIVES, shapes)
+                                 objectives))
+    return KernelSweep(kernel, backend, [], objectives, shapes)
 
 
 class Service:
@@ -311,6 +311,8 @@ def main() -> None:
     parser.add_argument("sweep", nargs="+", help="a bench/cpu_sweep.py file, or with --gpu one bench/gpu/sweep.py "
                                                  "file per shape")
     parser.add_argument("--gpu", default="", help="the built-in GPU kernel the sweep files are of")
+    parser.add_argument("--objectives", default=",".join(GPU_OBJECTIVES),
+                        help="with --gpu: the objectives of the replayed studies (those every sweep measured)")
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--histories", type=int, default=5)
     parser.add_argument("--earlier-trials", type=int, default=TRIALS)
@@ -324,7 +326,8 @@ def main() -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    sweep = load_gpu(args.gpu, [Path(p) for p in args.sweep]) if args.gpu else load_cpu(Path(args.sweep[0]))
+    sweep = (load_gpu(args.gpu, [Path(p) for p in args.sweep], args.objectives.split(",")) if args.gpu
+             else load_cpu(Path(args.sweep[0])))
     indices = [int(i) for i in args.held_out.split(",")] if args.held_out else list(range(len(sweep.shapes)))
     started = time.monotonic()
     results: list[dict[str, Any]] = []

@@ -81,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (studies, trials, workers, artifacts, controls, accounts, ops):
         app.include_router(module.router)
+    app.include_router(studies.compare_router)
     mount_dashboard(app, Path(__file__).parent / "web" / "static")
     return app
 

@@ -448,7 +448,8 @@ def study_create(
     api = Api(server, token)
     study = api.call("POST", "/v1/studies", json=document)
     console.print(f"study {study['id']} created ({study['name']}): {study['progress']['max_trials']} trials, "
-                  f"sampler {study['sampler']}, pool {study['pool']}")
+                  f"sampler {study['sampler']}, pool {study['pool']}: {server.rstrip('/')}/ui/studies/{study['id']}",
+                  soft_wrap=True)
     if watch:
         _watch(api, study["id"])
 
@@ -576,6 +577,56 @@ def front(study_id: int, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = "
     console.print(_front_table(data))
     hv = data["hypervolume"]
     console.print(f"hypervolume {hv if hv is None else round(hv, 6)} against {data['reference_point']} x baseline")
+
+
+@app.command()
+def compare(study_ids: Annotated[list[int], typer.Argument(help="2 to 6 studies of one kernel and objectives")],
+            server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = "",
+            as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Print the fronts of several studies, each with ratios to its own baseline, and what
+    differs between their targets (GPU, shapes, toolchain, ACF, pool)."""
+    data = Api(server, token).call("GET", "/v1/compare", params={"studies": ",".join(map(str, study_ids))})
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    names = [o["name"] for o in data["objectives"]]
+    for study in data["studies"]:
+        console.print(_compared_table(study, names))
+    if not data["differences"]:
+        console.print("differences: none (the same target)")
+        return
+    console.print("differences:")
+    for difference in data["differences"]:
+        values = "; ".join(f"study {s['id']}: {_target_text(v)}"
+                           for s, v in zip(data["studies"], difference["values"], strict=True))
+        console.print(f"  {difference['field']}: {values}", markup=False, highlight=False)
+
+
+def _compared_table(study: dict[str, Any], names: list[str]) -> Table:
+    """One study's front: raw values and ratios to its baseline, the baseline last."""
+    target = study["target"]
+    device = ", ".join(target["gpu"] or target["cpu"]) or "device not reported yet"
+    title = f"study {study['id']}: {study['name']} ({study['state']}; {device}; pool {target['pool']})"
+    table = Table("trial", *names, *[f"{n} / base" for n in names], title=escape(title))
+    baseline = study["baseline_number"]
+    for point in study["points"]:
+        label = f"{point['number']}{' (baseline)' if point['number'] == baseline else ''}"
+        table.add_row(label, *[f"{point['values'].get(n, float('nan')):.4g}" for n in names],
+                      *[f"{point['normalised'][n]:.3f}x" if n in point["normalised"] else "-" for n in names])
+    if study["baseline"] and baseline not in [p["number"] for p in study["points"]]:
+        base = study["baseline"]
+        table.add_row(f"{study['baseline_number']} (baseline)", *[f"{base.get(n, float('nan')):.4g}" for n in names],
+                      *["1.000x" if base.get(n) else "-" for n in names])
+    return table
+
+
+def _target_text(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(_target_text(v) for v in value) or "not reported"
+    if isinstance(value, dict):  # a workload shape
+        dims = " ".join(f"{k}={v}" for k, v in value["dims"].items())
+        return dims if value.get("weight", 1.0) == 1.0 else f"{dims} (weight {value['weight']:g})"
+    return "yes" if value is True else "no" if value is False else str(value)
 
 
 def main() -> None:

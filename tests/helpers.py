@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +68,13 @@ def drop_postgres_database(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_async(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """asyncio.run in a thread of its own: a test process that has run the browser tests
+    (Playwright's sync API) keeps an event loop running in its main thread."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:

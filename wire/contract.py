@@ -284,8 +284,28 @@ class LeaseRequest(BaseModel):
     wait_s: float = Field(default=20.0, ge=0, le=60)
 
 
+class RoundProgress(BaseModel):
+    """How far a unit of work measured in rounds (a validation job) has come: the seconds
+    each round finished so far took, in order. The service shows rounds done and left and
+    an ETA from them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    round_s: list[float] = Field(default_factory=list, max_length=1000)
+
+    @field_validator("round_s")
+    @classmethod
+    def _durations(cls, round_s: list[float]) -> list[float]:
+        for index, seconds in enumerate(round_s):
+            if _finite(seconds, f"round_s.{index}") < 0:
+                raise ValueError(f"round_s.{index}: a round cannot take negative time ({seconds})")
+        return round_s
+
+
 class HeartbeatRequest(BaseModel):
     phase: str | None = None  # compile, check, measure: shown to people watching
+    # a validation job's rounds so far (a service that predates it ignores the field)
+    progress: RoundProgress | None = Field(default=None, exclude_if=_left_out_when_none)
 
 
 class HeartbeatResponse(BaseModel):

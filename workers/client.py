@@ -27,6 +27,7 @@ from wire.contract import (
     LeaseRequest,
     RegisterRequest,
     RegisterResponse,
+    RoundProgress,
     WorkAck,
     WorkReport,
 )
@@ -186,10 +187,13 @@ class ControlPlaneClient:
             raise _api_error(response)
         return Lease.model_validate_json(response.content)
 
-    def heartbeat(self, token: str, phase: str | None, *, deadline: float) -> HeartbeatResponse:
+    def heartbeat(self, token: str, phase: str | None, *, deadline: float,
+                  round_s: list[float] | None = None) -> HeartbeatResponse:
+        """Extend a lease, showing its phase and, for work measured in rounds, each round's seconds so far."""
+        progress = RoundProgress(round_s=round_s) if round_s is not None else None
         response = self._request(
             f"/v1/leases/{token}/heartbeat",
-            HeartbeatRequest(phase=phase),
+            HeartbeatRequest(phase=phase, progress=progress),
             deadline=deadline,
             timeout_s=min(self.timeout_s, 10.0),
             until_abort=True,

@@ -1,4 +1,5 @@
-"""`paretune artifact verify|flags|pull|bundle`: approved configurations from a build script.
+"""`paretune artifact verify|flags|pull|bundle|status`: approved configurations from a build
+script, and how their validations are coming along.
 
 Works on a worker-only install (`pip install paretune`, no service extras): it imports the
 artifact format and runtime from the workers package and talks HTTP with httpx.
@@ -40,6 +41,8 @@ ServerOpt = Annotated[
     str | None, typer.Option("--server", help="fetch the trusted key from this service (GET /v1/artifacts/public-key)")
 ]
 TokenOpt = Annotated[str, typer.Option(envvar="PARETUNE_TOKEN", help="API token")]
+ServiceOpt = Annotated[str, typer.Option("--server", envvar="PARETUNE_SERVER", help="control plane URL")]
+DEFAULT_SERVICE = "http://127.0.0.1:8000"
 TOOLS = ("nvcc", "nvrtc", "ptxas", "cc")
 DEFAULT_TOOL = {"cuda": "nvcc", "triton": "ptxas", "cpu": "cc"}
 
@@ -240,7 +243,7 @@ def pull(
     output: Annotated[Path, typer.Option("-o", "--output", help="where to write the signed file")],
     toolchain: Annotated[str, typer.Option(help='versions to match, e.g. "triton=3.4.0,ptxas=13.0"')] = "",
     compute_capability: Annotated[str | None, typer.Option(help='e.g. "9.0"')] = None,
-    server: Annotated[str, typer.Option(envvar="PARETUNE_SERVER", help="control plane URL")] = "http://127.0.0.1:8000",
+    server: ServiceOpt = DEFAULT_SERVICE,
     token: TokenOpt = "",
     public_key: PublicKeyOpt = None,
 ) -> None:
@@ -304,6 +307,147 @@ def bundle(
     else:
         output.write_bytes(write_bundle((data for _, data in contents), pem))
     typer.echo(f"wrote {output}: {len(contents)} artifacts{' and the public key' if pem else ''}")
+
+
+FINISHED = ("completed", "failed")
+
+
+@artifact_app.command("status")
+def status(
+    artifact_id: Annotated[int | None, typer.Argument(help="an artifact: its latest re-validations")] = None,
+    candidate: Annotated[int | None, typer.Option(help="a candidate's validation instead")] = None,
+    validation: Annotated[int | None, typer.Option(help="a validation, by its id, instead")] = None,
+    watch: Annotated[bool, typer.Option(help="follow with progress bars until every validation shown has finished")
+                     ] = False,
+    interval: Annotated[float, typer.Option(min=0.2, help="seconds between looks, with --watch")] = 2.0,
+    server: ServiceOpt = DEFAULT_SERVICE,
+    token: TokenOpt = "",
+) -> None:
+    """Rounds done and left of an artifact's re-validations (or of a candidate's validation,
+    or of one validation), with an ETA from the rounds' own durations so far; then each
+    verdict."""
+    named = [given for given in (artifact_id, candidate, validation) if given is not None]
+    if len(named) != 1:
+        _fail("name one of: an ARTIFACT_ID, --candidate ID or --validation ID")
+    look = _Look(server, token, artifact_id, candidate, validation)
+    if watch:
+        _watch(look, interval)
+    for line in look.lines():
+        typer.echo(line)
+
+
+class _Look:
+    """The validations one `status` follows, read again at each look."""
+
+    def __init__(self, server: str, token: str, artifact_id: int | None, candidate: int | None,
+                 validation: int | None) -> None:
+        self.server, self.token = server, token
+        self.artifact_id, self.candidate, self.validation = artifact_id, candidate, validation
+        self.artifact: dict[str, Any] | None = None
+        self.tracked: list[tuple[dict[str, Any], dict[str, Any] | None]] = []  # validation, its candidate
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self.artifact_id is not None:
+            self.artifact = _get(self.server, f"/v1/artifacts/{self.artifact_id}", self.token).json()
+            self.tracked = [(c["validation"], c) for c in self.artifact["revalidations"] if c["validation"]]
+        elif self.candidate is not None:
+            found = _get(self.server, f"/v1/candidates/{self.candidate}", self.token).json()
+            if found["validation"] is None:
+                _fail(f"candidate {self.candidate} has no validation")
+            self.tracked = [(found["validation"], found)]
+        else:
+            self.tracked = [(_get(self.server, f"/v1/validations/{self.validation}", self.token).json(), None)]
+
+    @property
+    def settled(self) -> bool:
+        return all(v["state"] in FINISHED for v, _ in self.tracked)
+
+    def lines(self) -> list[str]:
+        lines = []
+        if self.artifact is not None:
+            lines.append(_artifact_line(self.artifact))
+            if not self.tracked:
+                lines.append("  no re-validation yet")
+        for validation, candidate in self.tracked:
+            lines.append(_validation_line(validation, candidate))
+            if validation["state"] not in FINISHED:
+                lines += [f"  {_job_line(job)}" for job in validation["jobs"]]
+            elif candidate is not None:
+                lines.append(f"  {_verdict_line(candidate)}")
+        return lines
+
+
+def _watch(look: _Look, interval: float) -> None:
+    """A bar per validation, refreshed every `interval` seconds until all have finished."""
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[eta]}"), auto_refresh=False)
+    tasks: dict[int, Any] = {}
+    with bars:
+        while True:
+            for validation, candidate in look.tracked:
+                p = validation["progress"]
+                fields = {"description": _label(validation, candidate) + f" {validation['state']}",
+                          "completed": p["done"], "total": (p["done"] + p["left"]) or p["rounds"], "eta": _eta(p)}
+                if validation["id"] not in tasks:
+                    tasks[validation["id"]] = bars.add_task(**fields)
+                else:
+                    bars.update(tasks[validation["id"]], **fields)
+            bars.refresh()
+            if look.settled:
+                return
+            time.sleep(interval)
+            look.refresh()
+
+
+def _artifact_line(artifact: dict[str, Any]) -> str:
+    target = artifact["target"]
+    device = target.get("gpu") or " ".join(filter(None, [target.get("cpu"), target.get("machine")])) or "any device"
+    current = f"v{artifact['current_version']} current" if artifact["current_version"] else "no version current"
+    stale = f"; stale: {artifact['stale_reason']}" if artifact["stale"] else ""
+    return f"artifact {artifact['id']}: {artifact['kernel']} on {device}, {current}{stale}"
+
+
+def _label(validation: dict[str, Any], candidate: dict[str, Any] | None) -> str:
+    return f"validation {validation['id']}" + (f" (candidate {candidate['id']})" if candidate else "")
+
+
+def _validation_line(validation: dict[str, Any], candidate: dict[str, Any] | None) -> str:
+    p = validation["progress"]
+    pace = f", {p['round_s']:.3g} s a round" if p["round_s"] is not None else ""
+    left = f", {p['left']} left{pace}, {_eta(p)}" if validation["state"] not in FINISHED else pace
+    return f"{_label(validation, candidate)} {validation['state']}: {p['done']}/{p['rounds']} rounds done{left}"
+
+
+def _job_line(job: dict[str, Any]) -> str:
+    worker = f" on worker {job['worker_id']}" if job["worker_id"] is not None and job["state"] == "running" else ""
+    phase = f" ({job['phase']})" if job["phase"] and job["state"] == "running" else ""
+    return f"job {job['id']} {job['state']}{worker}: {job['rounds_done']}/{job['rounds']} rounds{phase}"
+
+
+def _verdict_line(candidate: dict[str, Any]) -> str:
+    result = candidate.get("result") or {}
+    return f"candidate {candidate['id']} {candidate['state']}" + (f": {result['message']}" if result.get("message")
+                                                                  else "")
+
+
+def _eta(progress: dict[str, Any]) -> str:
+    if progress["eta_s"] is None:
+        return "ETA unknown until a round is timed" if progress["left"] else ""
+    return f"ETA {_duration(progress['eta_s'])} (at {progress['eta_at'][11:19]} UTC)"
+
+
+def _duration(seconds: float) -> str:
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
 export_app = typer.Typer(help="Export approved artifacts to what serving stacks read (vLLM, triton.autotune), "

@@ -8,6 +8,7 @@ public: builds verify artifacts offline against it.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, NoReturn
 
@@ -17,8 +18,10 @@ from sqlalchemy.orm import Session
 
 from service.api.deps import MAX_ID, PrincipalDep, ReadSession, StateDep, StudyId, WriteSession
 from service.api.schemas import ERROR_RESPONSES
-from service.artifacts import audit, candidates, catalog, versions
+from service.artifacts import audit, candidates, catalog, validations, versions
+from service.artifacts.progress import of_jobs
 from service.artifacts.schemas import (
+    REVALIDATIONS_SHOWN,
     ArtifactDetail,
     ArtifactOut,
     AuditOut,
@@ -37,7 +40,7 @@ from service.artifacts.schemas import (
 )
 from service.artifacts.signing import PublicKeyInfo
 from service.errors import Invalid
-from service.store.models import ArtifactVersion, Candidate, Validation, ValidationJob
+from service.store.models import ArtifactVersion, Candidate, Validation, ValidationJob, utcnow
 from service.studies.access import visible_study
 from wire.targets import parse_toolchain
 
@@ -55,6 +58,31 @@ def _validation_out(session: Session, validation: Validation, samples: bool = Fa
     return ValidationOut.of(validation, jobs, samples)
 
 
+def _candidates_out(session: Session, rows: Sequence[Candidate]) -> list[CandidateOut]:
+    """The candidates, each with its validation's progress (one query for all)."""
+    jobs = validations.jobs_of(session, sorted({c.validation_id for c in rows if c.validation_id is not None}))
+    now = utcnow()
+    progress = {validation_id: of_jobs(found, now) for validation_id, found in jobs.items()}
+    return [CandidateOut.of(c, progress.get(c.validation_id or 0)) for c in rows]
+
+
+def _candidate_detail(session: Session, candidate: Candidate) -> CandidateDetail:
+    validation = session.get(Validation, candidate.validation_id) if candidate.validation_id else None
+    validation_out = _validation_out(session, validation) if validation is not None else None
+    result = (validation.results or {}).get(str(candidate.id)) if validation is not None else None
+    version = session.get(ArtifactVersion, candidate.version_id) if candidate.version_id else None
+    return CandidateDetail(**CandidateOut.of(candidate, validation_out.progress if validation_out else None)
+                           .model_dump(), result=result,
+                           approved_artifact_id=version.artifact_id if version is not None else None,
+                           validation=validation_out)
+
+
+def _promoted(session: Session, rows: Sequence[Candidate], validation: Validation) -> PromoteOut:
+    validation_out = _validation_out(session, validation)
+    return PromoteOut(candidates=[CandidateOut.of(c, validation_out.progress) for c in rows],
+                      validation=validation_out)
+
+
 # -- candidates ------------------------------------------------------------------------------
 
 
@@ -65,27 +93,22 @@ def promote(study_id: StudyId, body: PromoteIn, principal: PrincipalDep, session
     study = visible_study(session, principal, study_id, role="member")
     rows, validation = candidates.promote(session, study, audit.Actor.of(principal), body.trials, body.note,
                                           body.rounds)
-    return PromoteOut(candidates=[CandidateOut.of(c) for c in rows], validation=_validation_out(session, validation))
+    return _promoted(session, rows, validation)
 
 
 @router.get("/studies/{study_id}/candidates", response_model=list[CandidateOut])
 def list_candidates(study_id: StudyId, principal: PrincipalDep, session: ReadSession) -> list[CandidateOut]:
     study = visible_study(session, principal, study_id)
     rows = session.execute(select(Candidate).where(Candidate.study_id == study.id).order_by(Candidate.id.desc())
-                           .limit(1000)).scalars()
-    return [CandidateOut.of(c) for c in rows]
+                           .limit(1000)).scalars().all()
+    return _candidates_out(session, rows)
 
 
 @router.get("/candidates/{candidate_id}", response_model=CandidateDetail)
 def get_candidate(candidate_id: CandidateId, principal: PrincipalDep, session: ReadSession) -> CandidateDetail:
-    """A candidate with its validation and its verdict (ratios with intervals per objective)."""
-    candidate = candidates.visible_candidate(session, principal, candidate_id)
-    validation = session.get(Validation, candidate.validation_id) if candidate.validation_id else None
-    result = (validation.results or {}).get(str(candidate.id)) if validation is not None else None
-    version = session.get(ArtifactVersion, candidate.version_id) if candidate.version_id else None
-    return CandidateDetail(**CandidateOut.of(candidate).model_dump(), result=result,
-                           approved_artifact_id=version.artifact_id if version is not None else None,
-                           validation=_validation_out(session, validation) if validation is not None else None)
+    """A candidate with its validation (rounds done and left, ETA) and its verdict (ratios
+    with intervals per objective)."""
+    return _candidate_detail(session, candidates.visible_candidate(session, principal, candidate_id))
 
 
 @router.post("/candidates/{candidate_id}/approve", status_code=201, response_model=VersionOut)
@@ -103,8 +126,8 @@ def approve(candidate_id: CandidateId, state: StateDep, principal: PrincipalDep,
 def reject(candidate_id: CandidateId, principal: PrincipalDep, session: WriteSession,
            body: Annotated[DecisionIn | None, Body()] = None) -> CandidateOut:
     candidate = candidates.visible_candidate(session, principal, candidate_id, role="approver")
-    return CandidateOut.of(candidates.reject(session, candidate, audit.Actor.of(principal),
-                                             (body or DecisionIn()).why))
+    rejected = candidates.reject(session, candidate, audit.Actor.of(principal), (body or DecisionIn()).why)
+    return _candidates_out(session, [rejected])[0]
 
 
 @router.get("/validations/{validation_id}", response_model=ValidationOut)
@@ -184,11 +207,15 @@ def resolve(
 
 @router.get("/artifacts/{artifact_id}", response_model=ArtifactDetail)
 def get_artifact(artifact_id: ArtifactId, principal: PrincipalDep, session: ReadSession) -> ArtifactDetail:
+    """An artifact with its versions and its latest re-validations (their progress and verdicts)."""
     principal.require("viewer")
     artifact = versions.visible_artifact(session, principal.team_id, artifact_id)
     rows = session.execute(select(ArtifactVersion).where(ArtifactVersion.artifact_id == artifact.id)
                            .order_by(ArtifactVersion.version)).scalars()
-    return ArtifactDetail(**ArtifactOut.of(artifact).model_dump(), versions=[VersionSummary.of(v) for v in rows])
+    revalidated = session.execute(select(Candidate).where(Candidate.artifact_id == artifact.id)
+                                  .order_by(Candidate.id.desc()).limit(REVALIDATIONS_SHOWN)).scalars()
+    return ArtifactDetail(**ArtifactOut.of(artifact).model_dump(), versions=[VersionSummary.of(v) for v in rows],
+                          revalidations=[_candidate_detail(session, c) for c in revalidated])
 
 
 @router.get("/artifacts/{artifact_id}/versions/{version}", response_model=VersionOut)
@@ -262,7 +289,7 @@ def revalidate(artifact_id: ArtifactId, principal: PrincipalDep, session: WriteS
     given = body or RevalidateIn()
     candidate, validation = versions.revalidate(session, artifact, audit.Actor.of(principal), given.note,
                                                 given.rounds)
-    return PromoteOut(candidates=[CandidateOut.of(candidate)], validation=_validation_out(session, validation))
+    return _promoted(session, [candidate], validation)
 
 
 # -- audit -----------------------------------------------------------------------------------

@@ -7,9 +7,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.schemas import Utc
+from service.artifacts.progress import JobRounds, ValidationProgress, of_jobs
 from service.artifacts.validations import DEFAULT_ROUNDS
-from service.store.models import Artifact, ArtifactVersion, AuditEntry, Candidate, Validation, ValidationJob
+from service.store.models import Artifact, ArtifactVersion, AuditEntry, Candidate, Validation, ValidationJob, utcnow
 
+REVALIDATIONS_SHOWN = 10
 TrialNumberIn = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Text = Annotated[str, Field(max_length=10_000, pattern=r"^[^\x00]*$")]
 
@@ -59,14 +61,16 @@ class CandidateOut(BaseModel):
     reason: str | None
     created_at: Utc
     updated_at: Utc
+    progress: ValidationProgress | None = Field(
+        default=None, description="its validation's rounds done and left, and when it should be done")
 
     @classmethod
-    def of(cls, row: Candidate) -> CandidateOut:
+    def of(cls, row: Candidate, progress: ValidationProgress | None = None) -> CandidateOut:
         return cls(id=row.id, study_id=row.study_id, trial_id=row.trial_id, trial_number=row.trial_number,
                    config=row.config, note=row.note, state=row.state, promoted_by=row.promoted_by_name,
                    validation_id=row.validation_id, artifact_id=row.artifact_id, version_id=row.version_id,
                    decided_by=row.decided_by_name, reason=row.reason, created_at=row.created_at,
-                   updated_at=row.updated_at)
+                   updated_at=row.updated_at, progress=progress)
 
 
 class JobOut(BaseModel):
@@ -76,14 +80,19 @@ class JobOut(BaseModel):
     attempt: int
     worker_id: int | None
     phase: str | None
+    rounds_done: int = Field(description="rounds measured so far (of this attempt)")
+    round_s: list[float] = Field(description="the seconds each round measured so far took, as its worker timed it")
+    progress_at: Utc | None = Field(description="when rounds_done last grew")
     message: str | None
     report: dict[str, Any] | None = Field(default=None, description="the worker's report with every round's values "
                                                                     "(with samples=true)")
 
     @classmethod
     def of(cls, row: ValidationJob, samples: bool) -> JobOut:
+        rounds = JobRounds.of(row)
         return cls(id=row.id, state=row.state, rounds=row.rounds, attempt=row.attempt, worker_id=row.worker_id,
-                   phase=row.phase, message=row.message, report=row.report if samples else None)
+                   phase=row.phase, rounds_done=rounds.done, round_s=list(rounds.round_s),
+                   progress_at=rounds.progress_at, message=row.message, report=row.report if samples else None)
 
 
 class ValidationOut(BaseModel):
@@ -93,6 +102,7 @@ class ValidationOut(BaseModel):
     candidate_ids: list[int]
     baseline: dict[str, Any]
     rounds: int
+    progress: ValidationProgress
     jobs: list[JobOut]
     results: dict[str, Any] | None = Field(
         description="per candidate id: passed, correct, correctness per shape, and per objective the ratio to the "
@@ -106,7 +116,8 @@ class ValidationOut(BaseModel):
     @classmethod
     def of(cls, row: Validation, jobs: list[ValidationJob], samples: bool = False) -> ValidationOut:
         return cls(id=row.id, study_id=row.study_id, state=row.state, candidate_ids=list(row.candidate_ids),
-                   baseline=row.baseline, rounds=row.rounds, jobs=[JobOut.of(j, samples) for j in jobs],
+                   baseline=row.baseline, rounds=row.rounds, progress=of_jobs(jobs, utcnow()),
+                   jobs=[JobOut.of(j, samples) for j in jobs],
                    results=row.results, target=row.target, message=row.message,
                    requested_by=row.requested_by_name, created_at=row.created_at, finished_at=row.finished_at)
 
@@ -175,6 +186,9 @@ class ArtifactOut(BaseModel):
 
 class ArtifactDetail(ArtifactOut):
     versions: list[VersionSummary]
+    revalidations: list[CandidateDetail] = Field(
+        description=f"its latest re-validations (at most {REVALIDATIONS_SHOWN}), newest first: each a candidate "
+                    "with its validation's progress and, once judged, its verdict")
 
 
 class MatchOut(BaseModel):

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Row, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Row, func, null, select, update
+from sqlalchemy.orm import Session, defer
 
 from service.artifacts import audit
 from service.artifacts.comparison import compare_reports
@@ -76,14 +76,14 @@ def baseline_config(session: Session, study: Study) -> dict[str, Any]:
     row = session.execute(
         select(Trial.config).where(Trial.study_id == study.id, Trial.is_baseline.is_(True)).limit(1)
     ).scalar_one_or_none()
-    return dict(row) if row is not None else dict(study.document["baseline"])
+    return dict(row) if row is not None else dict(sd.document_of(study).baseline)
 
 
 def start(session: Session, study: Study, candidates: list[Candidate], *, rounds: int, requested_by: str) -> Validation:
     """A validation of `candidates` (flushed, with ids) against the study's baseline: its jobs queued."""
-    doc = study.document
-    kernel = wire.KernelSpec.model_validate(doc["kernel"])
-    measure = {k: v for k, v in doc["measure"].items() if k not in ("screen", "promote")}
+    doc = sd.document_of(study)
+    kernel = doc.kernel
+    measure = wire.MeasureSettings.model_validate(doc.measure.model_dump(exclude={"screen", "promote"}))
     blocks = split_rounds(rounds, live_workers(session, study.pool, study.backend))
     validation = Validation(
         study_id=study.id, team_id=study.team_id, pool=study.pool, state=VALIDATION.initial.value,
@@ -93,25 +93,23 @@ def start(session: Session, study: Study, candidates: list[Candidate], *, rounds
     session.add(validation)
     session.flush()
     configs = 1 + len(candidates)
-    limits = doc["limits"]
     acfs = controls_files.read(session, controls_files.named(kernel.controls,
                                                              [validation.baseline, *(c.config for c in candidates)]))
     for block in blocks:
         spec = wire.ValidationSpec(
             validation_id=validation.id, job_id=0, study_id=study.id, kernel=kernel, baseline=validation.baseline,
             candidates=[wire.ValidationCandidate(candidate_id=c.id, config=c.config) for c in candidates],
-            objectives=[o["name"] for o in study.objectives], rounds=block,
-            measure=wire.MeasureSettings.model_validate(measure),
-            compile_timeout_s=limits["compile_timeout_s"],
-            run_timeout_s=min(MAX_RUN_TIMEOUT_S, limits["run_timeout_s"] * configs * (block + 1)),
-            compile_only=bool(doc.get("compile_only", False)), acfs=acfs,
+            objectives=doc.objective_names, rounds=block, measure=measure,
+            compile_timeout_s=doc.limits.compile_timeout_s,
+            run_timeout_s=min(MAX_RUN_TIMEOUT_S, doc.limits.run_timeout_s * configs * (block + 1)),
+            compile_only=doc.compile_only, acfs=acfs,
         )
         session.add(ValidationJob(
             validation_id=validation.id, study_id=study.id, pool=study.pool, backend=study.backend,
-            requires_energy=study.requires_energy, requires_gpu=sd.requires_gpu(study.backend, doc),
+            requires_energy=study.requires_energy, requires_gpu=doc.requires_gpu,
             state=JOB.initial.value,
             spec=spec.model_dump(mode="json", exclude={"job_id", "attempt"}), rounds=block,
-            max_attempts=limits["max_attempts"],
+            max_attempts=doc.limits.max_attempts,
         ))
     for candidate in candidates:
         candidate.validation_id = validation.id
@@ -138,6 +136,10 @@ class ValidationWork(WorkKind):
     machine = JOB
     hint: ClassVar[QueuedHint | None] = QUEUED_HINT
 
+    def lease_values(self) -> dict[str, Any]:
+        """A new attempt measures every round again."""
+        return {"rounds_done": 0, "round_s": null(), "progress_at": null()}
+
     def lease_columns(self) -> Sequence[ColumnElement[Any]]:
         c = VALIDATION_JOBS.c
         return (c.id, c.validation_id, c.spec, c.attempt)
@@ -152,9 +154,24 @@ class ValidationWork(WorkKind):
         spec = session.execute(select(ValidationJob.spec).where(ValidationJob.lease_token == lease.token)).scalar()
         if spec is not None:
             _check_report(spec, report)
-        state = JobState.COMPLETED if report.status == "completed" else JobState.FAILED
-        return Outcome(state.value, {"report": storable(report.model_dump(mode="json")),
-                                     "message": storable_text(report.message[:10_000])})
+        if report.status == "completed":
+            return Outcome(JobState.COMPLETED.value, {**self._reported(report), "rounds_done": report.rounds})
+        return Outcome(JobState.FAILED.value, self._reported(report))  # its rounds as its heartbeats said
+
+    @staticmethod
+    def _reported(report: wire.ValidationReport) -> dict[str, Any]:
+        return {"report": storable(report.model_dump(mode="json")), "message": storable_text(report.message[:10_000])}
+
+    def progressed(self, session: Session, lease: Held, progress: wire.RoundProgress) -> None:
+        """The rounds measured so far, stamped when their count grows."""
+        c = VALIDATION_JOBS.c
+        rounds = session.execute(select(c.rounds).where(c.lease_token == lease.token)).scalar_one()
+        done = len(progress.round_s)
+        if done > rounds:
+            raise Invalid(f"the job has {rounds} rounds; progress names {done} (one duration per round measured)",
+                          field="progress.round_s")
+        session.execute(update(VALIDATION_JOBS).where(c.lease_token == lease.token, c.rounds_done < done)
+                        .values(rounds_done=done, round_s=progress.round_s, progress_at=utcnow()))
 
     def ack_columns(self) -> Sequence[ColumnElement[Any]]:
         return (VALIDATION_JOBS.c.id, VALIDATION_JOBS.c.validation_id)
@@ -186,6 +203,8 @@ class ValidationWork(WorkKind):
 
 
 def _check_report(spec: dict[str, Any], report: wire.ValidationReport) -> None:
+    if report.rounds > spec["rounds"]:
+        raise Invalid(f"the job has {spec['rounds']} rounds; the report names {report.rounds}", field="rounds")
     expected = sorted(c["candidate_id"] for c in spec["candidates"])
     got = sorted(c.candidate_id for c in report.candidates if c.candidate_id is not None)
     if report.status == "completed" and got != expected:
@@ -228,8 +247,9 @@ def judge(session: Session, validation: Validation, jobs: list[ValidationJob]) -
                if j.state == JobState.COMPLETED and j.report is not None]
     study = session.get(Study, validation.study_id)
     assert study is not None
-    objectives = [(o["name"], o["direction"]) for o in study.objectives]
-    confidence = float(study.document["measure"].get("confidence", 0.95))
+    document = sd.document_of(study)
+    objectives = [(o.name, o.direction) for o in document.objectives]
+    confidence = document.measure.confidence
     results: dict[str, Any] = {}
     candidates = {c.id: c for c in session.execute(
         select(Candidate).where(Candidate.id.in_(validation.candidate_ids))).scalars()}
@@ -289,6 +309,16 @@ def _verdict(reports: list[wire.ValidationReport], candidate_id: int, objectives
 
 def _short(value: float | None) -> str:
     return "?" if value is None or not math.isfinite(value) else f"{value:.4g}"
+
+
+def jobs_of(session: Session, validation_ids: Sequence[int]) -> dict[int, list[ValidationJob]]:
+    """The jobs of each validation, in order."""
+    found: dict[int, list[ValidationJob]] = {v: [] for v in validation_ids}
+    for job in session.execute(select(ValidationJob).where(ValidationJob.validation_id.in_(validation_ids))
+                               .options(defer(ValidationJob.report), defer(ValidationJob.spec))
+                               .order_by(ValidationJob.id)).scalars():
+        found[job.validation_id].append(job)
+    return found
 
 
 def job_counts(session: Session, validation_id: int) -> dict[str, int]:

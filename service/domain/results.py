@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -20,17 +20,28 @@ class Unusable(Exception):
     """The worker's result cannot count as completed (a needed metric is missing or bad)."""
 
 
-def evaluate(objectives: Sequence[Mapping[str, str]], constraints: Sequence[Mapping[str, Any]],
+class ConstraintLike(Protocol):
+    """A study's constraint: `metric` `op` (<= or >=) `value`."""
+
+    @property
+    def metric(self) -> str: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def value(self) -> float: ...
+
+
+def evaluate(objectives: Sequence[str], constraints: Sequence[ConstraintLike],
              metrics: Mapping[str, float]) -> Outcome:
-    """`metrics` maps metric names to measured values."""
-    needed = [o["name"] for o in objectives] + [c["metric"] for c in constraints]
+    """`metrics` maps metric names to measured values; `objectives` are names."""
+    needed = [*objectives, *(c.metric for c in constraints)]
     for name in needed:
         if name not in metrics:
             raise Unusable(f"the worker reported no value for {name!r}")
         if not math.isfinite(metrics[name]):
             raise Unusable(f"{name!r} is not a finite number ({metrics[name]})")
-    values = {o["name"]: float(metrics[o["name"]]) for o in objectives}
-    limits = [constraint_value(c["op"], float(c["value"]), float(metrics[c["metric"]])) for c in constraints]
+    values = {name: float(metrics[name]) for name in objectives}
+    limits = [constraint_value(c.op, float(c.value), float(metrics[c.metric])) for c in constraints]
     return Outcome(values, limits or None, all(v <= 0 for v in limits))
 
 

@@ -327,6 +327,11 @@ class ValidationJob(LeaseColumns, Base):
     state: Mapped[str] = mapped_column(String(16))  # queued | running | completed | failed
     spec: Mapped[dict[str, Any]] = mapped_column()  # the wire ValidationSpec, less attempt
     rounds: Mapped[int] = mapped_column(Integer)
+    # the rounds measured so far (heartbeats of its lease, then its report), the seconds each
+    # took, and when the count last grew (service.artifacts.progress)
+    rounds_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    round_s: Mapped[list[Any] | None] = mapped_column(Json, nullable=True)
+    progress_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     report: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)  # raw samples included
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -355,11 +355,6 @@ def document_of(study: Study) -> ResolvedDocument:
         with _PARSED_LOCK:
             _PARSED[key] = parsed
     return parsed
-
-
-def requires_gpu(backend: str, document: Mapping[str, Any]) -> bool:
-    """ResolvedDocument.requires_gpu, of a stored document read as a dict."""
-    return backend in GPU_BACKENDS and not document.get("compile_only", False)
 
 
 class DocumentError(ValueError):

@@ -1,4 +1,4 @@
-"""Studies: create, list, read, pause, resume, cancel."""
+"""Studies: create, list, read, pause, resume, cancel; their fronts compared."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from service.controls import studies as controls
 from service.domain.states import StudyState
 from service.errors import Invalid
 from service.store.models import Study
+from service.studies import compare as comparison
 from service.studies import document as sd
 from service.studies import documents, lifecycle, warm_start
 from service.studies.access import visible_study
@@ -36,6 +37,7 @@ EXAMPLES: dict[str, Any] = {
 }
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERROR_RESPONSES)
+compare_router = APIRouter(prefix="/v1/compare", tags=["studies"], responses=ERROR_RESPONSES)
 
 
 @router.post("", status_code=201, response_model=StudyOut)
@@ -102,3 +104,16 @@ def resume(study_id: StudyId, principal: PrincipalDep, session: WriteSession) ->
 def cancel(study_id: StudyId, principal: PrincipalDep, session: WriteSession) -> StudyOut:
     """Cancel waiting trials and finish the study; running trials are told to stop."""
     return _change(study_id, "cancel", principal, session)
+
+
+@compare_router.get("", response_model=comparison.ComparisonOut)
+def compare(
+    principal: PrincipalDep, session: ReadSession,
+    studies: Annotated[str, Query(max_length=200, description="2 to 6 study ids of one kernel and the same "
+                                                              "objectives, separated by commas: 12,15")],
+) -> comparison.ComparisonOut:
+    """The studies' fronts, raw and as ratios to each study's baseline, with their targets
+    (device, workload shapes, toolchain, ACF, pool) and the target fields that differ."""
+    principal.require("viewer")
+    ids = comparison.parse_ids(studies)
+    return comparison.compare(session, comparison.comparable(session, principal, ids))

@@ -4,7 +4,7 @@ changes after creation, so each replica keeps the facts its hot paths read."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cachetools import LRUCache
@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from service.scheduling import screening
 from service.store.models import Study
+from service.studies.document import Constraint, Limits, ResolvedDocument
 from wire import contract as wire
 
 
@@ -28,28 +29,28 @@ class Screen:
 class StudySpec:
     """What leases and results need of a study."""
 
-    objectives: list[dict[str, str]]
-    constraints: list[dict[str, Any]]
+    objectives: list[str]
+    constraints: list[Constraint]
     kernel: wire.KernelSpec
     measure: wire.MeasureSettings
-    limits: dict[str, Any]
+    limits: Limits
     screen: Screen | None = None
     compile_only: bool = False
-    sandbox: wire.SandboxLimits = field(default_factory=wire.SandboxLimits)  # the study's own lower limits
 
     @classmethod
-    def of(cls, document: dict[str, Any]) -> StudySpec:
-        full, screen = screening.screen_measure(document["measure"])
+    def of(cls, stored: dict[str, Any]) -> StudySpec:
+        """From a stored document (keys another release added are left aside)."""
+        document = ResolvedDocument.model_validate(stored, extra="ignore")
+        full, screen = screening.screen_measure(document.measure.model_dump())
         return cls(
-            objectives=document["objectives"],
-            constraints=document["constraints"],
-            kernel=wire.KernelSpec.model_validate(document["kernel"]),
+            objectives=document.objective_names,
+            constraints=document.constraints,
+            kernel=document.kernel,
             measure=wire.MeasureSettings.model_validate(full),
-            limits=document["limits"],
-            screen=None if screen is None else Screen(document["measure"]["screen"]["objectives"],
-                                                      wire.MeasureSettings.model_validate(screen)),
-            compile_only=bool(document.get("compile_only", False)),
-            sandbox=wire.SandboxLimits.model_validate(document["limits"].get("sandbox") or {}),
+            limits=document.limits,
+            screen=None if screen is None or document.measure.screen is None else Screen(
+                list(document.measure.screen.objectives or []), wire.MeasureSettings.model_validate(screen)),
+            compile_only=document.compile_only,
         )
 
 

@@ -76,6 +76,11 @@ class WorkKind(Protocol):
         """SQL: whether a heartbeat tells the worker to stop (and report nothing)."""
         return false()
 
+    def progressed(self, session: Session, lease: Held, progress: wire.RoundProgress) -> None:
+        """Record a heartbeat's progress of a live lease's unit (a kind without rounds has
+        none to keep); raises Invalid when it cannot be its unit's."""
+        return None
+
     def outcome(self, session: Session, lease: Held, report: Any) -> Outcome:
         """What `report` (of the kind's report model) writes on its unit: raises Invalid when
         it cannot be accepted."""

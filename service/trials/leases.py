@@ -181,14 +181,16 @@ class LeaseQueue:
                 return kind.name, worker_id, ""
         return None
 
-    def heartbeat(self, session: Session, lease: Held, phase: str | None) -> wire.HeartbeatResponse:
+    def heartbeat(self, session: Session, lease: Held, beat: wire.HeartbeatRequest) -> wire.HeartbeatResponse:
         expires = utcnow() + timedelta(seconds=self.settings.lease_s)
         cancel = session.execute(_heartbeat_statement(lease.kind), {
             "w_token": lease.token, "w_now": utcnow(), "v_expires": expires,
-            "v_phase": storable_text(phase[:32]) if phase else None,
+            "v_phase": storable_text(beat.phase[:32]) if beat.phase else None,
         }).scalar_one_or_none()
         if cancel is None:
             raise Conflict(f"the lease has expired; drop this {lease.kind.noun}", field="token")
+        if beat.progress is not None:
+            lease.kind.progressed(session, lease, beat.progress)
         return wire.HeartbeatResponse(expires_at=expires, cancel=bool(cancel))
 
     def record(self, session: Session, lease: Held, report: wire.WorkReport) -> wire.WorkAck:

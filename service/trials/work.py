@@ -58,7 +58,7 @@ class TrialWork(WorkKind):
 
     def leased(self, session: Session, row: Row[Any]) -> wire.TrialSpec:
         spec = self.specs.get(session, row.study_id)
-        objectives, measure = [o["name"] for o in spec.objectives], spec.measure
+        objectives, measure = spec.objectives, spec.measure
         if row.stage == "screen" and spec.screen is not None:
             objectives, measure = spec.screen.objectives, spec.screen.measure
         controls = spec.kernel.controls
@@ -71,11 +71,11 @@ class TrialWork(WorkKind):
             kernel=spec.kernel,
             config=row.config,
             objectives=objectives,
-            compile_timeout_s=spec.limits["compile_timeout_s"],
-            run_timeout_s=spec.limits["run_timeout_s"],
+            compile_timeout_s=spec.limits.compile_timeout_s,
+            run_timeout_s=spec.limits.run_timeout_s,
             measure=measure,
             stage=row.stage,
-            sandbox=spec.sandbox,
+            sandbox=spec.limits.sandbox,
             compile_only=spec.compile_only,
             acfs=self.controls_files.for_config(session, controls, row.config) if controls else [],
         )
@@ -179,7 +179,7 @@ def _screened(screen: Screen, worker_id: int, result: wire.TrialResult, fields: 
     """A screening result's fields: the screened metrics with their intervals (never objective
     values); a result without them fails the trial as a full one would."""
     try:
-        results.evaluate([{"name": name} for name in screen.objectives], [],
+        results.evaluate(screen.objectives, [],
                          {name: m.value for name, m in result.metrics.items()})
     except results.Unusable as exc:
         fields["message"] = f"{exc}. {fields['message']}".strip()

@@ -129,15 +129,17 @@ def next_work(session: Session, state: AppState, worker: WorkerInfo, contract: i
 @router.post("/leases/{token}/heartbeat", response_model=None, responses={200: {"model": wire.HeartbeatResponse}})
 async def heartbeat(token: LeaseToken, body: wire.HeartbeatRequest, state: StateDep,
                     principal: PrincipalDep) -> Response:
-    """Extend a held lease (every kind of work); `cancel` says to stop the work and report nothing."""
+    """Extend a held lease (every kind of work); `cancel` says to stop the work and report nothing.
+    A validation job's heartbeat carries its rounds so far (`progress`)."""
     principal.require_worker()
-    return _json(await state.db.run(heartbeat_once, state, principal, token, body.phase))
+    return _json(await state.db.run(heartbeat_once, state, principal, token, body))
 
 
-def heartbeat_once(state: AppState, principal: Principal, token: str, phase: str | None) -> wire.HeartbeatResponse:
+def heartbeat_once(state: AppState, principal: Principal, token: str,
+                   beat: wire.HeartbeatRequest) -> wire.HeartbeatResponse:
     with state.db.write() as session:
         held = state.queue.held(session, token, principal.token_id)
-        return state.queue.heartbeat(session, held, phase)
+        return state.queue.heartbeat(session, held, beat)
 
 
 REPORT_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {

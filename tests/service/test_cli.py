@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -36,6 +37,8 @@ def test_study_create_watch_and_front(live_sqlite_service: LiveService, tmp_path
     created = run_cli("study", "create", "-f", str(doc), env=env)
     assert created.returncode == 0, created.stderr
     assert "study 1 created (cli study): 8 trials, sampler nsga2" in created.stdout
+    link = created.stdout.split()[-1]  # the study's own page
+    assert link == f"{service.url}/ui/studies/1" and httpx.get(link).status_code == 200
 
     token = service.make_worker_token()
     with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {token}"}) as client:
@@ -63,3 +66,42 @@ def test_cli_errors_name_the_field(live_sqlite_service: LiveService, tmp_path: P
     assert missing.returncode == 1 and "cannot read" in missing.stderr
     no_token = run_cli("study", "list", env={"PARETUNE_SERVER": service.url, "PARETUNE_TOKEN": ""})
     assert no_token.returncode == 1 and "no token" in no_token.stderr
+
+
+def test_compare_prints_each_front_against_its_baseline_and_the_differences(live_sqlite_service: LiveService,
+                                                                            tmp_path: Path) -> None:
+    service = live_sqlite_service
+    env = {"PARETUNE_SERVER": service.url, "PARETUNE_TOKEN": service.admin_token, "COLUMNS": "200"}
+    document = yaml.safe_load(STUDY_YAML)
+    ids = []
+    for pool, gpu in (("default", "NVIDIA H200"), ("h100", "NVIDIA H100")):
+        token = service.make_worker_token(pool)
+        with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {token}"}) as client:
+            worker = client.post("/v1/workers/register", json={"name": gpu, "pool": pool, "fingerprint": {
+                "backends": ["python"], "gpu_name": gpu, "compilers": {"triton": "3.5.0"}}}).json()["worker_id"]
+            with service.client() as api:
+                ids.append(api.post("/v1/studies", json={**document, "pool": pool}).json()["id"])
+            assert run(client, worker, wait_s=1.0) == 8
+
+    printed = run_cli("compare", *map(str, ids), env=env)
+    assert printed.returncode == 0, printed.stderr
+    data = json.loads(run_cli("compare", *map(str, ids), "--json", env=env).stdout)
+    with service.client() as api:
+        assert data == api.get("/v1/compare", params={"studies": f"{ids[0]},{ids[1]}"}).json()
+    out = printed.stdout
+    assert f"study {ids[0]}: cli study (completed; NVIDIA H200; pool default)" in out
+    assert f"study {ids[1]}: cli study (completed; NVIDIA H100; pool h100)" in out
+    for study in data["studies"]:
+        baseline = study["baseline"]
+        block = out.split(f"study {study['id']}: ")[1]
+        for point in study["points"]:  # each row: trial, raw values, ratios worked out here
+            ratios = [f"{point['values'][n] / baseline[n]:.3f}x" for n in ("f1", "f2")]
+            row = next(line for line in block.splitlines() if line.split("│")[1:2] and
+                       line.split("│")[1].strip().split(" ")[0] == str(point["number"]))
+            cells = [c.strip() for c in row.split("│")[1:-1]]
+            assert cells[1:] == [f"{point['values']['f1']:.4g}", f"{point['values']['f2']:.4g}", *ratios], row
+    assert (f"differences:\n  gpu: study {ids[0]}: NVIDIA H200; study {ids[1]}: NVIDIA H100\n"
+            f"  pool: study {ids[0]}: default; study {ids[1]}: h100") in out
+
+    one = run_cli("compare", str(ids[0]), env=env)
+    assert one.returncode == 1 and "1 study listed: compare 2 to 6 studies" in one.stderr

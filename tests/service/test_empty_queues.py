@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from helpers import run_async
+
 from service.notify import Notifier
 from service.trials.empty import EmptyQueues, QueuedHint, QueueKey
 
@@ -48,7 +50,7 @@ def test_a_pool_notification_is_unanswered_when_it_finds_fewer_waiters_than_tria
         await notifier.stop()
         return seen
 
-    assert asyncio.run(scenario()) == [0, 0, 1, 2]
+    assert run_async(scenario()) == [0, 0, 1, 2]
 
 
 def test_validation_jobs_are_looked_for_again_once_one_is_queued_or_the_period_ends() -> None:

@@ -8,7 +8,7 @@ import asyncio
 
 import psycopg
 import pytest
-from helpers import wait_for
+from helpers import run_async, wait_for
 
 from service.notify import Notifier, postgres_dsn
 
@@ -56,7 +56,7 @@ def test_notifications_reach_other_processes_through_postgres(postgres_database:
         await other.stop()
         return results
 
-    results = asyncio.run(scenario())
+    results = run_async(scenario())
     assert results["woken"] == 2 and results["pending"] == 1, results
     assert results["woken_s"] < 1.0, results
     assert results["unanswered"] == 0

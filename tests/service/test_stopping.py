@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+from helpers import run_async
+
 from service.notify import stop_tasks, within
 
 
@@ -28,7 +30,7 @@ def test_a_bounded_wait_passes_on_a_cancellation_that_arrives_as_it_completes() 
         await asyncio.wait({task}, timeout=1.0)
         return task.cancelled(), carried_on
 
-    assert asyncio.run(scenario()) == (True, False)
+    assert run_async(scenario()) == (True, False)
 
 
 def test_a_bounded_wait_times_out() -> None:
@@ -41,7 +43,7 @@ def test_a_bounded_wait_times_out() -> None:
             return loop.time() - started
         raise AssertionError("no timeout")
 
-    assert 0.04 <= asyncio.run(scenario()) < 1.0
+    assert 0.04 <= run_async(scenario()) < 1.0
 
 
 def test_stopping_ends_a_task_that_swallowed_its_first_cancellation() -> None:
@@ -69,5 +71,5 @@ def test_stopping_ends_a_task_that_swallowed_its_first_cancellation() -> None:
             await stop_tasks(*tasks)
         return all(task.done() for task in tasks), cancellations, loop.time() - started
 
-    ended, cancellations, seconds = asyncio.run(scenario())
+    ended, cancellations, seconds = run_async(scenario())
     assert ended and cancellations == 2 and seconds < 5

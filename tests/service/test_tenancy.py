@@ -45,6 +45,7 @@ RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/v1/studies/{study_id}/trials/{number}"): ("viewer", "ids"),
     ("GET", "/v1/studies/{study_id}/front"): ("viewer", "ids"),
     ("GET", "/v1/studies/{study_id}/events"): ("viewer", "ids"),
+    ("GET", "/v1/compare"): ("viewer", "ids"),  # names two studies of one team's
     ("POST", "/v1/workers/register"): ("worker", "ids"),
     ("POST", "/v1/leases"): ("worker", "ids"),
     ("POST", "/v1/leases/{token}/heartbeat"): ("worker", "ids"),
@@ -283,6 +284,8 @@ class Matrix:
         params = QUERIES.get(path)
         if path == "/v1/artifacts/resolve":
             params = {"kernel": "zdt", "gpu": art["device"]}
+        if path == "/v1/compare":  # the team's artifact study and its running study: one kernel
+            params = {"studies": f"{art['study_id']},{target.study_id}"}
         body = bodies.get(path) if method != "GET" and path in bodies else None
         sent = {"content": body} if isinstance(body, bytes) else {"json": body}
         return {"method": method, "url": path.format(**values), "params": params, "path": path, **sent}

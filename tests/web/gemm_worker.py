@@ -120,9 +120,11 @@ def result_for(trial: dict[str, Any], seed: int | None = None) -> dict[str, Any]
 class GemmWorker:
     """One fake worker agent: registers on creation, then leases and reports trials."""
 
-    def __init__(self, url: str, token: str, *, pool: str = "default", name: str = "gpu-node-07") -> None:
+    def __init__(self, url: str, token: str, *, pool: str = "default", name: str = "gpu-node-07",
+                 fingerprint: dict[str, Any] | None = None) -> None:
+        """`fingerprint`: what differs from FINGERPRINT (another GPU, another toolchain)."""
         self.client = httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {token}"})
-        body = {"name": name, "pool": pool, "fingerprint": {**FINGERPRINT, "hostname": name}}
+        body = {"name": name, "pool": pool, "fingerprint": {**FINGERPRINT, **(fingerprint or {}), "hostname": name}}
         r = self.client.post("/v1/workers/register", json=body)
         r.raise_for_status()
         self.worker_id = int(r.json()["worker_id"])

@@ -1,10 +1,14 @@
 """The artifact workflow in the dashboard: a member promotes a trial as a candidate, its
-validation's intervals are shown, an approver approves it, and the artifacts page lists the
-kernel, its target, the current version, the stale mark and the audit log."""
+validation's rounds and then its intervals are shown, an approver approves it, and the
+artifacts page lists the kernel, its target, the current version, the stale mark and the audit
+log; an artifact's page follows a re-validation round by round to its verdict."""
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -59,7 +63,8 @@ def test_promote_validate_approve_and_the_artifacts_page(page: Any, finished: An
     page.fill("#candidate-note", "best energy at equal runtime")
     page.fill("#candidate-rounds", "6")
     page.click("#promote")
-    page.wait_for_selector("#artifact-panel .candidate[data-state=validating]")
+    page.wait_for_selector("#artifact-panel .candidate[data-state=validating] "
+                           ".rounds-progress[data-done='0'][data-left='6']")
     assert page.locator("#promote").count() == 0  # promoted once
 
     lease = worker.lease()  # the validation job, through the lease queue
@@ -99,3 +104,73 @@ def test_promote_validate_approve_and_the_artifacts_page(page: Any, finished: An
     assert row.locator(".stale-mark").count() == 1
     actions = page.locator("#audit-log tbody tr").evaluate_all("rows => rows.map(r => r.dataset.action)")
     assert actions == ["stale", "approve", "approve", "validated", "promote"]
+
+
+
+def report_jobs(worker: GemmWorker, candidate_id: int, held: dict[str, Any] | None = None) -> None:
+    """Report `held` and every other queued validation job (the rounds are split over the
+    pool's live workers), the candidate at 0.8 of the baseline."""
+    while held is not None:
+        body = report(held["validation"], {candidate_id: 0.8})
+        assert worker.client.post(f"/v1/leases/{held['token']}/validation", json=body).status_code == 200
+        held = worker.lease()
+
+
+def approved_artifact(service: LiveService, tokens: dict[str, str], study_id: int, worker: GemmWorker) -> int:
+    """Another trial promoted, validated and approved through the API: the artifact's id."""
+    with service.client(tokens["member"]) as api:
+        trials = api.get(f"/v1/studies/{study_id}/trials", params={"state": "completed"}).json()["items"]
+        promoted = {c["trial_number"] for c in api.get(f"/v1/studies/{study_id}/candidates").json()}
+        number = next(t["number"] for t in trials if not t["is_baseline"] and t["feasible"]
+                      and t["number"] not in promoted)
+        candidate = api.post(f"/v1/studies/{study_id}/candidates", json={"trials": [number], "rounds": 4}).json()
+    candidate_id = candidate["candidates"][0]["id"]
+    report_jobs(worker, candidate_id, worker.lease())
+    with service.client(tokens["approver"]) as api:
+        version = api.post(f"/v1/candidates/{candidate_id}/approve", json={"why": "faster"})
+        assert version.status_code == 201, version.text
+        return int(version.json()["artifact_id"])
+
+
+def test_the_artifact_page_follows_a_revalidation_round_by_round(page: Any, finished: Any) -> None:
+    service, tokens, study_id, worker = finished
+    artifact_id = approved_artifact(service, tokens, study_id, worker)
+    sign_in(page, service.url, service.make_user_token("approver"))
+    page.goto(f"{service.url}/ui/artifacts/{artifact_id}")
+    page.wait_for_selector("#artifact #revalidate")
+    assert page.locator("#revalidations").count() == 0  # none yet
+    page.click("#revalidate")
+    block = "#revalidations .candidate[data-state=validating]"
+    page.wait_for_selector(f"{block} .rounds-progress[data-done='0'][data-left='20']")
+    text = page.locator(f"{block} .rounds-progress").text_content()
+    assert "0 / 20 rounds" in text and "ETA after the first round" in text, text
+
+    held = worker.lease()  # the first job of the re-validation's 20 rounds
+    assert held is not None
+    beat = worker.client.post(f"/v1/leases/{held['token']}/heartbeat",
+                              json={"phase": "round 3: baseline", "progress": {"round_s": [2.0, 4.0]}})
+    assert beat.status_code == 200, beat.text
+    beaten = time.time()
+    page.wait_for_selector(f"{block} .rounds-progress[data-done='2'][data-left='18']")  # the page polls
+    bar = page.locator(f"{block} .rounds-progress")
+    text = bar.text_content()
+    seen = time.time()
+    assert "2 / 20 rounds" in text and "18 left" in text and "3.00 s a round" in text, text
+    assert bar.locator(".seg-completed").evaluate("e => e.style.width") == "10%"
+
+    # the ETA by hand: the running job's rounds left at the mean of 2 s and 4 s from when they were
+    # reported, each queued job's at that pace from the moment the page read it (between the two times)
+    with service.client(tokens["member"]) as api:
+        candidate_id = api.get(f"/v1/artifacts/{artifact_id}").json()["revalidations"][0]["id"]
+        jobs = api.get(f"/v1/candidates/{candidate_id}").json()["validation"]["jobs"]
+    running = next(j for j in jobs if j["state"] == "running")
+    end = datetime.fromisoformat(running["progress_at"].replace("Z", "+00:00")).timestamp() + \
+        (running["rounds"] - 2) * 3.0
+    queued = max((j["rounds"] * 3.0 for j in jobs if j["state"] == "queued"), default=0.0)
+    eta = re.search(r"ETA ([0-9.]+) s", text)
+    assert eta is not None, text
+    assert max(end - seen, queued) - 0.05 <= float(eta.group(1)) <= max(end - beaten, queued) + 0.05, (eta, jobs)
+
+    report_jobs(worker, candidate_id, held)
+    page.wait_for_selector("#revalidations .candidate[data-state=validated] #validation-result")
+    assert page.locator("#revalidations .rounds-progress").count() == 0  # judged: the verdict instead

@@ -70,3 +70,26 @@ def test_the_study_page_says_what_it_started_from(page: Any, studies: tuple[Live
     open_study(page, service.url, earlier)  # a grid study starts from nothing: no card
     page.locator("#front").wait_for()
     assert page.locator("#started-from").count() == 0
+
+
+def test_the_study_page_shows_its_workload_as_a_histogram(page: Any, studies: tuple[LiveService, str, int, int]
+                                                          ) -> None:
+    """A traffic import's buckets and weights: one bar per shape, its share of the total weight."""
+    service, member, _, _ = studies
+    buckets = [({"n": 32}, 6.0), ({"n": 64}, 3.0), ({"n": 128}, 1.0)]
+    doc = {**document(32, "random"), "name": "weighted buckets"}
+    doc["kernel"]["workload"] = [{"dims": dims, "weight": weight} for dims, weight in buckets]
+    with service.client(member) as api:
+        created = api.post("/v1/studies", json=doc)
+        assert created.status_code == 201, created.text
+    sign_in(page, service.url, member)
+    page.goto(f"{service.url}/ui/studies/{created.json()['id']}")
+    card = page.locator("#workload")
+    card.wait_for()
+    assert "Workload (3 shapes)" in card.text_content()
+    rows = card.locator("li")
+    shown = [(rows.nth(i).locator(".shape").text_content(), float(rows.nth(i).get_attribute("data-share")),
+              rows.nth(i).locator(".share").text_content()) for i in range(rows.count())]
+    assert shown == [("n=32", 0.6, "60.0%"), ("n=64", 0.3, "30.0%"), ("n=128", 0.1, "10.0%")]
+    widths = [rows.nth(i).locator(".bar span").evaluate("e => e.style.width") for i in range(3)]
+    assert widths == ["100%", "50%", "16.6667%"]  # each weight against the largest

@@ -129,3 +129,19 @@ def test_per_token_objectives_follow_from_the_measured_ones(installed: Path, cac
     assert per_token.value == pytest.approx(1000 * runtime.value / 7, rel=1e-12) and per_token.unit == "us"
     assert per_token.ci_low == pytest.approx(1000 * runtime.ci_low / 7, rel=1e-12)
     assert per_token.stats["max"] == pytest.approx(1000 * runtime.stats["max"] / 7, rel=1e-12)
+
+
+def test_the_run_phase_loads_a_harness_its_build_directory_cannot_take(tmp_path: Path) -> None:
+    """The run sandbox reads a build the compile sandbox's user made: where the harness file
+    is not there and cannot be written, it is loaded from a private directory, not a failure."""
+    from workers.backends.gpu_loader import load_module
+
+    not_a_directory = tmp_path / "build"
+    not_a_directory.write_text("a file where the build's src/ would be")
+    module = load_module("VALUE = 41 + 1\n", not_a_directory / "src", "harness")
+    assert module.VALUE == 42 and not str(module.__file__).startswith(str(tmp_path))
+    # a build that holds the file: loaded from there, not written again
+    built = tmp_path / "built" / "src"
+    built.mkdir(parents=True)
+    first = load_module("VALUE = 7\n", built, "harness")
+    assert Path(str(first.__file__)).parent == built

@@ -208,3 +208,10 @@ def test_the_agent_leases_runs_and_reports_a_validation(tmp_path: Path, warm: bo
     assert plane.results[trial.trial_id].status == "completed"  # trials still run alongside
     phases = {phase for _, job, phase in plane.heartbeats if job == spec.job_id}
     assert any(p and p.startswith("round ") for p in phases), phases
+    # heartbeats carry each round's seconds as the rounds end: a growing list, each beat's the start of the next
+    beats = [round_s for job, round_s in plane.round_beats if job == spec.job_id]
+    assert beats and 1 <= len(beats[-1]) <= 3, beats
+    for earlier, later in zip(beats, beats[1:], strict=False):
+        assert later[:len(earlier)] == earlier
+    assert all(s > 0 for s in beats[-1]) and sum(beats[-1]) <= report.timings["measure_s"]
+    assert not [job for job, _ in plane.round_beats if job != spec.job_id]  # a trial has no rounds

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from wire.contract import Lease, TrialResult, TrialSpec, ValidationReport, ValidationSpec
+from wire.contract import HeartbeatRequest, Lease, TrialResult, TrialSpec, ValidationReport, ValidationSpec
 
 Work = TrialSpec | ValidationSpec
 
@@ -46,6 +46,7 @@ class Plane:
     validation_reports: dict[int, ValidationReport] = field(default_factory=dict)  # job id -> first report
     result_posts: list[tuple[float, int, str]] = field(default_factory=list)  # time, trial, token
     heartbeats: list[tuple[float, int, str | None]] = field(default_factory=list)
+    round_beats: list[tuple[int, list[float]]] = field(default_factory=list)  # work, its round_s so far
     leased: list[tuple[float, int, int]] = field(default_factory=list)  # time, trial, attempt
     expired: list[int] = field(default_factory=list)
     registered: list[dict[str, Any]] = field(default_factory=list)
@@ -93,13 +94,15 @@ class Plane:
                     return None
                 self.cond.wait(min(remaining, 0.1))
 
-    def heartbeat(self, token: str, phase: str | None) -> tuple[int, dict[str, Any]]:
+    def heartbeat(self, token: str, beat: HeartbeatRequest) -> tuple[int, dict[str, Any]]:
         with self.cond:
             self._reap()
             held = self.leases.get(token)
             if held is None:
                 return 409, _error("lease_expired", "the lease expired or is unknown")
-            self.heartbeats.append((time.monotonic(), work_id(held.spec), phase))
+            self.heartbeats.append((time.monotonic(), work_id(held.spec), beat.phase))
+            if beat.progress is not None:
+                self.round_beats.append((work_id(held.spec), beat.progress.round_s))
             held.expires = time.monotonic() + self.lease_s
             cancel = work_id(held.spec) in self.cancel_trials
             if cancel:
@@ -194,7 +197,7 @@ def _handler(plane: Plane) -> type[BaseHTTPRequestHandler]:
                     return self._send(204, None)
                 return self._send(200, lease.model_dump(mode="json"))
             if len(parts) == 4 and parts[:2] == ["v1", "leases"] and parts[3] == "heartbeat":
-                return self._send(*plane.heartbeat(parts[2], body.get("phase")))
+                return self._send(*plane.heartbeat(parts[2], HeartbeatRequest.model_validate(body)))
             if len(parts) == 4 and parts[:2] == ["v1", "leases"] and parts[3] == "result":
                 return self._send(*plane.result(parts[2], body))
             return self._send(404, _error("not_found", self.path))

@@ -1,5 +1,6 @@
-"""The lease keeper: the leases an agent holds, each heartbeated with its job's phase, and
-the deadline of a stopping agent's drain.
+"""The lease keeper: the leases an agent holds, each heartbeated with its job's phase (and
+the rounds it has timed, for work measured in rounds), and the deadline of a stopping agent's
+drain.
 
 A heartbeat answered 409 (the lease is gone) or with cancel=true drops its lease: its job's
 cancel event kills the job's sandbox, and nothing is reported for it. A stopping agent that
@@ -26,6 +27,7 @@ class HeldLease:
     heartbeat_s: float
     lease_s: float
     phase: str = "leased"
+    round_s: list[float] | None = None  # the seconds each round of its job took so far
     deadline: float = 0.0  # monotonic time the lease expires unless heartbeated
     next_beat: float = 0.0
     beating: bool = True
@@ -35,6 +37,9 @@ class HeldLease:
 
     def show(self, phase: str) -> None:
         self.phase = phase
+
+    def show_rounds(self, round_s: list[float]) -> None:
+        self.round_s = round_s
 
     def drop(self, why: str) -> None:
         if not self.cancel.is_set():
@@ -97,7 +102,8 @@ class LeaseKeeper:
     def _beat(self, held: HeldLease) -> None:
         sent = time.monotonic()
         try:
-            reply = self.client.heartbeat(held.lease.token, held.phase, deadline=sent + max(1.0, held.heartbeat_s))
+            reply = self.client.heartbeat(held.lease.token, held.phase, deadline=sent + max(1.0, held.heartbeat_s),
+                                          round_s=held.round_s)
         except LeaseGone as exc:
             held.drop(f"the lease is gone ({exc})")
             return

@@ -278,7 +278,7 @@ class Agent:
             return None
         held = self.keeper.hold(lease)
         fingerprint = self.register_request.fingerprint if self.register_request else None
-        job = job_class(lease, self.context.for_work(held.cancel, held.show), fingerprint)
+        job = job_class(lease, self.context.for_work(held.cancel, held.show, held.show_rounds), fingerprint)
         held.label = job.label
         self.summary.leased += 1
         log.info("%s", job.leased())

@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -113,16 +114,31 @@ def shape_key(dims: dict[str, int]) -> str:
     return "_".join(f"{k}{v}" for k, v in dims.items())
 
 
+def _source_file(source: str, directory: Path, filename: str) -> Path:
+    """`directory`/`filename` holding `source`: the file there if it already does, else
+    written there; where `directory` cannot be written (a build directory the compile
+    sandbox's user made, read by the run sandbox's), a private directory of this process."""
+    path = directory / filename
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if path.read_text() == source:
+            return path
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        return path
+    except OSError:
+        private = Path(tempfile.mkdtemp(prefix="paretune-src-")) / filename
+        private.write_text(source)
+        return private
+
+
 def load_module(source: str, directory: Path, stem: str) -> ModuleType:
     """Import Python source from a file in `directory` (Triton reads kernels' source files)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     name = f"paretune_{stem}_{digest}"
     if name in sys.modules:
         return sys.modules[name]
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.py"
-    if not path.exists() or path.read_text() != source:
-        path.write_text(source)
+    path = _source_file(source, directory, f"{name}.py")
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise TrialFailure(FailureReason.ERROR, f"cannot import kernel source from {path}")

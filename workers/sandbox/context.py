@@ -20,7 +20,9 @@ class Context:
     processes run (isolation level, the worker's caps on a trial's limits, work directory).
     `runners`: warm runners (None: a fresh process per phase). `compile_cpus`, `run_cpus`:
     the CPUs each phase's process is pinned to (None: any). `cancel`: set when the work is
-    to be dropped (its sandbox is killed). `on_phase`: told what the run phase is doing."""
+    to be dropped (its sandbox is killed). `on_phase`: told what the run phase is doing.
+    `on_rounds`: told the seconds each round took so far, as a run phase measuring in rounds
+    times them."""
 
     cache: ArtifactCache
     sandbox: Sandbox = field(default_factory=default_sandbox)
@@ -29,6 +31,7 @@ class Context:
     run_cpus: list[int] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     on_phase: Callable[[str], None] | None = None
+    on_rounds: Callable[[list[float]], None] | None = None
 
     def __post_init__(self) -> None:
         if self.runners is not None and self.runners.sandbox is not self.sandbox:
@@ -37,6 +40,7 @@ class Context:
     def cpus(self, phase: str) -> list[int] | None:
         return self.compile_cpus if phase == "compile" else self.run_cpus
 
-    def for_work(self, cancel: threading.Event, on_phase: Callable[[str], None] | None = None) -> Context:
-        """This context for one piece of work: its cancel event and phase callback."""
-        return replace(self, cancel=cancel, on_phase=on_phase)
+    def for_work(self, cancel: threading.Event, on_phase: Callable[[str], None] | None = None,
+                 on_rounds: Callable[[list[float]], None] | None = None) -> Context:
+        """This context for one piece of work: its cancel event and progress callbacks."""
+        return replace(self, cancel=cancel, on_phase=on_phase, on_rounds=on_rounds)

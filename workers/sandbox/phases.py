@@ -134,7 +134,8 @@ def _run_fresh(phase: Phase, context: Context) -> PhaseOutcome:
         try:
             timed_out, abandoned, killed = wait_until(
                 lambda: proc.poll() is not None, started, phase.timeout_s, context.cancel,
-                progress(job.outside, context.on_phase), _POLL_S, disk_watch(job.outside, phase.limits),
+                progress(job.outside, context.on_phase, context.on_rounds), _POLL_S,
+                disk_watch(job.outside, phase.limits),
             )
         finally:
             sandbox.runner_ended(phase.name, proc.pid)
@@ -158,7 +159,8 @@ def _run_fresh(phase: Phase, context: Context) -> PhaseOutcome:
 def _run_warm(phase: Phase, runner: WarmRunner, context: Context) -> PhaseOutcome:
     assert context.runners is not None
     job = phase.job
-    served = runner.serve(job, phase.timeout_s, context.cancel, progress(job.outside, context.on_phase),
+    served = runner.serve(job, phase.timeout_s, context.cancel,
+                          progress(job.outside, context.on_phase, context.on_rounds),
                           disk_watch(job.outside, phase.limits))
     described = {**runner.describe(), "start_wait_s": served.wait_s}
     if served.abandoned:

@@ -1,20 +1,26 @@
 """Watching a sandbox process while it runs: the wait that ends on its result, a timeout, a
 cancel or a limit; the disk limit of its job directory; and the phase it reports (check,
-measure, a validation's round), for the agent's heartbeats.
+measure, a validation's round) and the rounds it has timed, for the agent's heartbeats.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from wire.contract import RoundProgress
 from workers.sandbox import limits as isolation_limits
 from workers.sandbox.files import UnsafeFile, read_untrusted, tree_usage
 
 PHASE_FILE = "phase"  # what the sandbox is doing, written by it into its job directory
+# the seconds each round took so far, a JSON list, written by a sandbox that measures in rounds
+ROUNDS_FILE = "round-seconds"
 DISK_POLL_S = 0.2
 MAX_ENTRIES = 200_000
 
@@ -77,16 +83,33 @@ def read_phase(jobdir: Path) -> str:
         return ""
 
 
-def progress(jobdir: Path, on_phase: Callable[[str], None] | None) -> Callable[[], None] | None:
-    """A poll callback that tells `on_phase` when the sandbox reports a new phase."""
-    if on_phase is None:
+def read_rounds(jobdir: Path) -> list[float] | None:
+    """The round durations a sandbox last wrote in its job directory (None if none, or not
+    a small plain file of a list of durations)."""
+    try:
+        return RoundProgress(round_s=json.loads(read_untrusted(jobdir / ROUNDS_FILE, 64 << 10))).round_s
+    except (UnsafeFile, ValueError, ValidationError):
         return None
-    seen = {"phase": ""}
+
+
+def progress(jobdir: Path, on_phase: Callable[[str], None] | None,
+             on_rounds: Callable[[list[float]], None] | None = None) -> Callable[[], None] | None:
+    """A poll callback that tells `on_phase` when the sandbox reports a new phase, and then
+    `on_rounds` when it has timed more rounds (a round ends where another phase begins)."""
+    if on_phase is None and on_rounds is None:
+        return None
+    seen: dict[str, Any] = {"phase": "", "rounds": 0}
 
     def poll() -> None:
         current = read_phase(jobdir)
-        if current and current != seen["phase"]:
-            seen["phase"] = current
+        if not current or current == seen["phase"]:
+            return
+        seen["phase"] = current
+        if on_phase is not None:
             on_phase(current)
+        rounds = read_rounds(jobdir) if on_rounds is not None else None
+        if on_rounds is not None and rounds is not None and len(rounds) > seen["rounds"]:
+            seen["rounds"] = len(rounds)
+            on_rounds(rounds)
 
     return poll

@@ -8,6 +8,8 @@ A round's value of an objective is that measurement's value (a median over its s
 
 Progress goes to JOBDIR/phase ("check candidate 12", "round 3/20: baseline"): the agent
 shows it in heartbeats and, if the process dies, names the configuration that killed it.
+The seconds each round took go to JOBDIR/rounds after every round: the agent sends them in
+heartbeats, from which the service shows rounds done and left and an ETA.
 What was checked and measured so far is kept in `partial` (returned with an error) and
 saved to JOBDIR/validation-progress.json after every step (read back after a crash).
 """
@@ -32,7 +34,7 @@ from workers.backends.gpu_loader import shape_key
 from workers.compilers import controls
 from workers.sandbox.files import UnsafeFile, read_untrusted, write_whole
 from workers.sandbox.jobs import use_build
-from workers.sandbox.watch import PHASE_FILE
+from workers.sandbox.watch import PHASE_FILE, ROUNDS_FILE
 
 BASELINE = "baseline"
 PROGRESS_FILE = "validation-progress.json"
@@ -176,7 +178,7 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
     shapes = [WorkloadShape.model_validate(s) for s in work["shapes"]]
     check_kernel = spec.kernel.model_copy(update={"workload": shapes})
     configs: dict[str, dict[str, Any]] = {}
-    partial.update(configs=configs, order=[], rounds=0, timings={})
+    partial.update(configs=configs, order=[], rounds=0, round_s=[], timings={})
     built: dict[str, tuple[dict[str, Any], CompiledKernel]] = {}
     for item in work["configs"]:
         name = label(item["candidate_id"])
@@ -195,6 +197,7 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
     measured = [n for n in built if n == BASELINE or configs[n].get("correct")]
     started = time.perf_counter()
     for round_index in range(spec.rounds):
+        round_started = time.perf_counter()
         order = [measured[i] for i in round_order(len(measured), round_index)]
         for name in order:
             write_whole(jobdir / PHASE_FILE, f"round {round_index + 1}/{spec.rounds}: {name}")
@@ -205,7 +208,10 @@ def run_validation_job(job: dict[str, Any], jobdir: Path, partial: dict[str, Any
             break  # nothing left to compare with
         partial["order"].append([configs[n]["candidate_id"] for n in order])
         partial["rounds"] = round_index + 1
+        partial["round_s"].append(time.perf_counter() - round_started)
+        write_whole(jobdir / ROUNDS_FILE, json.dumps(partial["round_s"]))
         save_progress(jobdir, partial)
+    write_whole(jobdir / PHASE_FILE, f"measured {partial['rounds']} rounds")  # the agent reads the last round
     partial["timings"]["measure_s"] = time.perf_counter() - started
     partial["target"] = _target(spec)
     return dict(partial)

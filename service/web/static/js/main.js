@@ -3,6 +3,7 @@
 import { auth, get } from "./api.js";
 import { navigate, route, start } from "./router.js";
 import { artifactView, artifactsView } from "./views/artifacts.js";
+import { compareView } from "./views/compare.js";
 import { loginView } from "./views/login.js";
 import { poolsView } from "./views/pools.js";
 import { shell } from "./views/shell.js";
@@ -15,6 +16,7 @@ route("/ui/", studiesView);
 route("/ui/studies", studiesView);
 route("/ui/studies/:id", studyView);
 route("/ui/studies/:id/trials/:number", trialView);
+route("/ui/compare", compareView);
 route("/ui/artifacts", artifactsView);
 route("/ui/artifacts/:id", artifactView);
 route("/ui/pools", poolsView);

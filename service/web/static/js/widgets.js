@@ -72,6 +72,19 @@ export function spinner(text = "Loading") {
   return h("div", { class: "loading" }, h("span", { class: "spin" }), text);
 }
 
+/** Puts a chart's tooltip above and to the right of the point at (px, py) where it fits: a
+ * front usually sits towards the lower left, and the tooltip should not hide the neighbours
+ * being compared. */
+export function placeTooltip(tip, px, py) {
+  const wrap = tip.parentElement.getBoundingClientRect();
+  const w = tip.offsetWidth;
+  const hgt = tip.offsetHeight;
+  const left = px + 14 + w <= wrap.width ? px + 14 : px - 14 - w;
+  const top = py - 14 - hgt >= 0 ? py - 14 - hgt : Math.min(py + 14, wrap.height - hgt);
+  tip.style.left = `${Math.max(0, left)}px`;
+  tip.style.top = `${Math.max(0, top)}px`;
+}
+
 export function errorBox(error) {
   return h("div", { class: "error-box" }, h("strong", null, error.status ? `${error.status} · ${error.code}` : "Error"), " ", error.message);
 }

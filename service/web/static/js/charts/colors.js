@@ -1,4 +1,5 @@
-// A perceptual colour ramp (viridis) for the third objective, and theme colours from CSS.
+// A perceptual colour ramp (viridis) for the third objective, a colour per compared study, and
+// theme colours from CSS.
 
 const VIRIDIS = [
   [68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
@@ -21,6 +22,14 @@ export function rampCss(dark = false, steps = 10) {
   const stops = [];
   for (let i = 0; i <= steps; i++) stops.push(`${ramp(i / steps, dark)} ${(i / steps) * 100}%`);
   return `linear-gradient(90deg, ${stops.join(", ")})`;
+}
+
+// Okabe and Ito's colour-blind-safe qualitative palette (without its black and yellow, which
+// vanish on one theme or the other): one colour per compared study, six at most.
+const SERIES = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00"];
+
+export function seriesColor(index) {
+  return SERIES[index % SERIES.length];
 }
 
 export function themeColors() {

@@ -3,6 +3,9 @@
 // cross-hairs. Canvas; the cloud of all trials (a PointCloud, columns) is painted once per
 // change of data, axes, size or theme and reused while hovering redraws the rest.
 // Hover shows the trial, click opens it, drag zooms, double-click resets the zoom.
+// Several studies' fronts in one plot: each trial of `front` names its `group` (its study) and
+// `color`, `baselines` lists each group's baseline, and each group gets its own staircase;
+// `titles` gives an axis title per objective, where it is not the objective's name.
 
 import { num } from "../format.js";
 import { niceTicks, ramp, themeColors } from "./colors.js";
@@ -79,6 +82,12 @@ export class Scatter {
     return { x: positive(x), y: positive(y) };
   }
 
+  /** The baseline, or each group's. */
+  baselineList() {
+    const { baseline, baselines } = this.data;
+    return baselines || (baseline ? [baseline] : []);
+  }
+
   /**
    * The plotted range, in axis space (log10 of the value on a log axis). With fit "front",
    * the worst tenth of the trials on each axis may fall outside, so that a few far-off
@@ -110,7 +119,7 @@ export class Scatter {
       if (directions[key] === "maximize") lo = sorted[Math.ceil(0.1 * (n - 1))];
       else hi = sorted[Math.floor(0.9 * (n - 1))];
     }
-    for (const t of [...front, ...(baseline ? [baseline] : [])]) {
+    for (const t of [...front, ...this.baselineList()]) {
       const v = f(val(t, key));
       if (Number.isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
     }
@@ -242,28 +251,39 @@ export class Scatter {
   axisTitle(name) {
     if (name === "#") return "trial number";
     const dir = this.data.directions[name];
-    return `${name}  ${dir === "maximize" ? "↑ higher is better" : "↓ lower is better"}`;
+    return `${this.data.titles?.[name] || name}  ${dir === "maximize" ? "↑ higher is better" : "↓ lower is better"}`;
   }
 
   drawBaselineLines(ctx, colors, plot, sx, sy) {
-    const b = this.data.baseline;
-    if (!b || !valid(b, this.data.x, this.data.y)) return;
-    ctx.save();
-    ctx.setLineDash([4, 4]);
-    ctx.strokeStyle = colors.baseline;
-    ctx.globalAlpha = 0.55;
-    const bx = Math.round(sx(val(b, this.data.x))) + 0.5;
-    const by = Math.round(sy(val(b, this.data.y))) + 0.5;
-    ctx.beginPath();
-    ctx.moveTo(bx, plot.t); ctx.lineTo(bx, plot.b);
-    ctx.moveTo(plot.l, by); ctx.lineTo(plot.r, by);
-    ctx.stroke();
-    ctx.restore();
+    for (const b of this.baselineList()) {
+      if (!valid(b, this.data.x, this.data.y)) continue;
+      ctx.save();
+      ctx.setLineDash([4, 4]);
+      ctx.strokeStyle = b.color || colors.baseline;
+      ctx.globalAlpha = 0.55;
+      const bx = Math.round(sx(val(b, this.data.x))) + 0.5;
+      const by = Math.round(sy(val(b, this.data.y))) + 0.5;
+      ctx.beginPath();
+      ctx.moveTo(bx, plot.t); ctx.lineTo(bx, plot.b);
+      ctx.moveTo(plot.l, by); ctx.lineTo(plot.r, by);
+      ctx.stroke();
+      ctx.restore();
+    }
   }
 
-  /** The 2-D non-dominated subset of the front on the chosen axes, as an attainment staircase. */
-  staircase() {
-    const { front, x, y, directions } = this.data;
+  /** The front split by group (one group when no trial names one). */
+  frontGroups() {
+    const groups = new Map();
+    for (const t of this.data.front) {
+      if (!groups.has(t.group)) groups.set(t.group, []);
+      groups.get(t.group).push(t);
+    }
+    return [...groups.values()];
+  }
+
+  /** The 2-D non-dominated subset of a front on the chosen axes, as an attainment staircase. */
+  staircase(front) {
+    const { x, y, directions } = this.data;
     const sgx = directions[x] === "maximize" ? -1 : 1;
     const sgy = directions[y] === "maximize" ? -1 : 1;
     const pts = front.filter((t) => valid(t, x, y))
@@ -278,8 +298,11 @@ export class Scatter {
   }
 
   drawStaircase(ctx, colors, plot, sx, sy) {
+    for (const group of this.frontGroups()) this.drawSteps(ctx, colors, this.staircase(group), sx, sy);
+  }
+
+  drawSteps(ctx, colors, steps, sx, sy) {
     const { x, y } = this.data;
-    const steps = this.staircase();
     if (steps.length < 2) return;
     ctx.save();
     ctx.beginPath();
@@ -289,7 +312,7 @@ export class Scatter {
       if (i === 0) ctx.moveTo(px, py);
       else { ctx.lineTo(px, sy(val(steps[i - 1], y))); ctx.lineTo(px, py); }
     });
-    ctx.strokeStyle = colors.front;
+    ctx.strokeStyle = steps[0].color || colors.front;
     ctx.globalAlpha = 0.85;
     ctx.lineWidth = 1.6;
     ctx.stroke();
@@ -302,7 +325,7 @@ export class Scatter {
    * 100,000 arcs takes Chromium's software rasteriser most of a second, the pixels a few
    * tens of milliseconds. Brighter colours go last, so the better trials are on top. */
   paintCloud(colors, scale, width, height, dpr) {
-    const { points, x, y, baseline } = this.data;
+    const { points, x, y } = this.data;
     const { sx, sy, plot } = this.layout;
     const frontSet = this.frontNumbers();
     const n = points.length;
@@ -313,14 +336,14 @@ export class Scatter {
     const xcol = x === "#" ? points.numbers : points.values[x];
     const ycol = y === "#" ? points.numbers : points.values[y];
     const ccol = scale ? (scale.key === "#" ? points.numbers : points.values[scale.key]) : null;
-    const baselineNumber = baseline ? baseline.number : points.baseline;
+    const baselines = new Set([points.baseline, ...this.baselineList().map((b) => b.number)]);
     let k = 0;
     this.outside = 0;
     for (let i = 0; i < n; i++) {
       const vx = xcol[i];
       const vy = ycol[i];
       const number = points.numbers[i];
-      if (!Number.isFinite(vx) || !Number.isFinite(vy) || frontSet.has(number) || number === baselineNumber) continue;
+      if (!Number.isFinite(vx) || !Number.isFinite(vy) || frontSet.has(number) || baselines.has(number)) continue;
       const px = sx(vx);
       const py = sy(vy);
       if (px < plot.l || px > plot.r || py < plot.t || py > plot.b) this.outside++;
@@ -367,10 +390,10 @@ export class Scatter {
       const v = scale ? scale.value(t) : null;
       ctx.beginPath();
       ctx.arc(px, py, 5, 0, 2 * Math.PI);
-      ctx.fillStyle = scale && Number.isFinite(v) ? ramp(scale.t01(v), colors.dark) : colors.front;
+      ctx.fillStyle = scale && Number.isFinite(v) ? ramp(scale.t01(v), colors.dark) : t.color || colors.front;
       ctx.fill();
       ctx.lineWidth = 1.8;
-      ctx.strokeStyle = colors.front;
+      ctx.strokeStyle = t.color || colors.front;
       ctx.stroke();
       ctx.lineWidth = 1;
       ctx.strokeStyle = colors.bg;
@@ -381,22 +404,25 @@ export class Scatter {
     }
   }
 
+  /** Each baseline as a diamond; their screen positions in baselineScreen (null: none drawn). */
   drawBaseline(ctx, colors, sx, sy) {
-    const b = this.data.baseline;
-    this.baselineScreen = null;
-    if (!b || !valid(b, this.data.x, this.data.y)) return;
-    const px = sx(val(b, this.data.x));
-    const py = sy(val(b, this.data.y));
-    ctx.save();
-    ctx.translate(px, py);
-    ctx.rotate(Math.PI / 4);
-    ctx.fillStyle = colors.baseline;
-    ctx.strokeStyle = colors.bg;
-    ctx.lineWidth = 1.5;
-    ctx.fillRect(-5, -5, 10, 10);
-    ctx.strokeRect(-5, -5, 10, 10);
-    ctx.restore();
-    this.baselineScreen = { t: b, px, py };
+    const drawn = [];
+    for (const b of this.baselineList()) {
+      if (!valid(b, this.data.x, this.data.y)) continue;
+      const px = sx(val(b, this.data.x));
+      const py = sy(val(b, this.data.y));
+      ctx.save();
+      ctx.translate(px, py);
+      ctx.rotate(Math.PI / 4);
+      ctx.fillStyle = b.color || colors.baseline;
+      ctx.strokeStyle = colors.bg;
+      ctx.lineWidth = 1.5;
+      ctx.fillRect(-5, -5, 10, 10);
+      ctx.strokeRect(-5, -5, 10, 10);
+      ctx.restore();
+      drawn.push({ t: b, px, py });
+    }
+    this.baselineScreen = drawn.length ? drawn : null;
   }
 
   drawMarks(ctx, colors, sx, sy) {
@@ -429,11 +455,11 @@ export class Scatter {
     c.dataset.x = this.data.x;
     c.dataset.y = this.data.y;
     c.dataset.color = this.data.color || "";
-    c.dataset.count = String(this.screen.index.length + this.frontScreen.length + (this.baselineScreen ? 1 : 0));
-    const marks = this.frontScreen.map(({ t, px, py }) => ({ number: t.number, x: +px.toFixed(1), y: +py.toFixed(1) }));
-    if (this.baselineScreen) {
-      const { t, px, py } = this.baselineScreen;
-      marks.push({ number: t.number, baseline: true, x: +px.toFixed(1), y: +py.toFixed(1) });
+    c.dataset.count = String(this.screen.index.length + this.frontScreen.length + (this.baselineScreen?.length || 0));
+    const group = (t) => (t.group === undefined ? {} : { group: t.group });
+    const marks = this.frontScreen.map(({ t, px, py }) => ({ number: t.number, ...group(t), x: +px.toFixed(1), y: +py.toFixed(1) }));
+    for (const { t, px, py } of this.baselineScreen || []) {
+      marks.push({ number: t.number, ...group(t), baseline: true, x: +px.toFixed(1), y: +py.toFixed(1) });
     }
     c.dataset.marks = JSON.stringify(marks);
     c.setAttribute("aria-label",
@@ -447,7 +473,7 @@ export class Scatter {
   hit(px, py) {
     let best = null;
     let bestD = HIT_PX * HIT_PX;
-    const marks = [...(this.frontScreen || []), ...(this.baselineScreen ? [this.baselineScreen] : [])];
+    const marks = [...(this.frontScreen || []), ...(this.baselineScreen || [])];
     for (const m of marks) {
       const d = (m.px - px) ** 2 + (m.py - py) ** 2;
       if (d <= bestD) { bestD = d; best = m.t; }

@@ -1,10 +1,11 @@
-// The artifact workflow: on a trial, "Promote as candidate" (members), its validation with
-// intervals, "Approve" / "Reject" (approvers); the artifacts page (kernels, targets, current
-// and stale marks) and an artifact's page (versions, rollback, revoke, its audit log).
+// The artifact workflow: on a trial, "Promote as candidate" (members), its validation's rounds
+// and ETA, then its intervals, "Approve" / "Reject" (approvers); the artifacts page (kernels,
+// targets, current and stale marks) and an artifact's page (versions, rollback, revoke, its
+// re-validations as they run, its audit log).
 
 import { auth, get, post } from "../api.js";
 import { h, replace, toast } from "../dom.js";
-import { ago, num, stamp, valueText } from "../format.js";
+import { ago, num, seconds, stamp, valueText } from "../format.js";
 import { can, card, errorBox, spinner, stateBadge } from "../widgets.js";
 
 const POLL_MS = 2000;
@@ -62,7 +63,8 @@ function candidateBlock(c, me, reload) {
       h("span", { class: "muted" }, `promoted by ${c.promoted_by} ${ago(c.created_at)}`),
       c.version_id ? h("a", { href: `/ui/artifacts/${artifactOf(c)}`, class: "artifact-link" }, "artifact →") : null),
     c.note ? h("p", { class: "note" }, c.note) : null,
-    c.state === "validating" ? h("p", { class: "muted" }, spinner(`validating: ${jobsText(c.validation)}`)) : null,
+    c.state === "validating" ? h("div", { class: "validating" },
+      h("p", { class: "muted" }, spinner(`validating: ${jobsText(c.validation)}`)), roundsBar(c.progress)) : null,
     result ? validationTable(result) : null,
     result && result.correctness?.length ? h("p", { class: "muted shapes" }, "correctness: ",
       result.correctness.map((s) => h("span", { class: s.passed ? "yes" : "no" }, `${s.passed ? "✓" : "✗"} ${Object.values(s.dims).join("×")} `))) : null,
@@ -77,7 +79,23 @@ function artifactOf(c) {
 function jobsText(v) {
   if (!v) return "";
   const done = v.jobs.filter((j) => ["completed", "failed"].includes(j.state)).length;
-  return `${done} of ${v.jobs.length} jobs done, ${v.rounds} rounds`;
+  return `${done} of ${v.jobs.length} ${v.jobs.length === 1 ? "job" : "jobs"} done`;
+}
+
+// rounds done of those planned, what is left and when it should be done (from the rounds'
+// own durations so far, as the service computes it)
+function roundsBar(p) {
+  if (!p) return null;
+  const total = Math.max(1, p.done + p.left || p.rounds);
+  const eta = !p.left ? "" : p.eta_s === null ? " · ETA after the first round" : ` · ETA ${seconds(p.eta_s)}`;
+  return h("div", { class: "progress rounds-progress", dataset: { done: p.done, left: p.left } },
+    h("div", { class: "progress-track", title: `${p.done} of ${p.rounds} rounds measured${p.eta_at ? `; done about ${stamp(p.eta_at)}` : ""}` },
+      h("span", { class: "seg seg-completed", style: { width: `${Math.min(100, (p.done / total) * 100)}%` } })),
+    h("div", { class: "progress-label" },
+      h("span", { class: "num" }, p.done), h("span", { class: "muted" }, ` / ${p.rounds} rounds`),
+      p.left ? h("span", { class: "muted" }, ` · ${p.left} left`) : null,
+      p.round_s !== null ? h("span", { class: "muted" }, ` · ${seconds(p.round_s)} a round`) : null,
+      h("span", { class: "eta" }, eta)));
 }
 
 function validationTable(result) {
@@ -180,6 +198,9 @@ export function artifactView(root, { params, ctx }) {
       replace(root, errorBox(error));
       return;
     }
+    if (artifact.revalidations.some((c) => c.state === "validating")) {
+      setTimeout(() => { if (document.querySelector(`#artifact[data-artifact="${id}"]`)) load(); }, POLL_MS);
+    }
     ctx.setTitle(`${artifact.kernel} · artifact ${id}`);
     ctx.setCrumbs([{ text: "Studies", href: "/ui/" }, { text: "Artifacts", href: "/ui/artifacts" }, { text: `${artifact.kernel} on ${device(artifact.target)}` }]);
     replace(root, h("div", { class: "artifact-page", id: "artifact", dataset: { artifact: id } },
@@ -208,6 +229,8 @@ export function artifactView(root, { params, ctx }) {
             v.state === "superseded" ? button("Roll back to this", `rollback-${v.version}`, () => post(`/v1/artifacts/${id}/rollback`, { version: v.version }), load) : null,
             v.state !== "revoked" ? button("Revoke", `revoke-${v.version}`, () => post(`/v1/artifacts/${id}/versions/${v.version}/revoke`, {}), load, "btn-danger") : null,
           ] : null)))))),
+      artifact.revalidations.length ? card("Re-validations", { id: "revalidations" },
+        artifact.revalidations.map((c) => candidateBlock(c, me, load))) : null,
       card("Audit log", { id: "audit-log" }, auditTable(log))));
   }
 }

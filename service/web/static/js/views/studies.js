@@ -1,12 +1,15 @@
-// The studies of the signed-in team, refreshed every few seconds while the tab is visible.
+// The studies of the signed-in team, refreshed every few seconds while the tab is visible;
+// ticking 2 to 6 of them opens their fronts compared.
 
 import { get, query } from "../api.js";
 import { h, replace } from "../dom.js";
 import { ago, num, stamp, unitOf } from "../format.js";
+import { navigate } from "../router.js";
 import { errorBox, progressBar, ratioPill, stateBadge } from "../widgets.js";
 
 const FILTERS = ["all", "running", "paused", "completed", "cancelled", "failed"];
 const REFRESH_MS = 3000;
+const COMPARE = { min: 2, max: 6 };
 
 export function studiesView(root, { query: q, ctx }) {
   ctx.setTitle("Studies");
@@ -16,20 +19,37 @@ export function studiesView(root, { query: q, ctx }) {
   let items = null;
   let timer = null;
   let stopped = false;
+  const selected = new Set(); // ids ticked for comparison, in the order ticked
 
   const tabs = h("div", { class: "segmented", role: "tablist" });
   const searchBox = h("input", { type: "search", class: "search", placeholder: "Filter by name", "aria-label": "Filter studies by name",
     oninput: (e) => { search = e.target.value.toLowerCase(); draw(); } });
   const live = h("span", { class: "live" }, h("span", { class: "dot" }), "live");
+  const compare = h("button", { class: "btn btn-small", id: "compare-selected",
+    onclick: () => navigate(`/ui/compare?studies=${[...selected].join(",")}`) });
   const body = h("div", { class: "table-wrap" });
   replace(root,
     h("div", { class: "page-head" },
       h("div", null, h("h1", null, "Studies"), h("p", { class: "muted" }, "Tuning studies of your team, newest first.")),
       h("div", { class: "spacer" }), live),
-    h("div", { class: "toolbar" }, tabs, h("div", { class: "spacer" }), searchBox),
+    h("div", { class: "toolbar" }, tabs, h("div", { class: "spacer" }), compare, searchBox),
     body);
   drawTabs();
+  drawCompare();
   load();
+
+  function drawCompare() {
+    const n = selected.size;
+    compare.disabled = n < COMPARE.min || n > COMPARE.max;
+    compare.textContent = n ? `Compare ${n} selected` : "Compare";
+    compare.title = `Tick ${COMPARE.min} to ${COMPARE.max} studies of one kernel and the same objectives`;
+  }
+
+  function toggle(id, on) {
+    if (on) selected.add(id);
+    else selected.delete(id);
+    drawCompare();
+  }
 
   function drawTabs() {
     replace(tabs, FILTERS.map((f) => h("button", {
@@ -77,6 +97,7 @@ export function studiesView(root, { query: q, ctx }) {
     }
     replace(body, h("table", { class: "grid-table studies-table", id: "studies" },
       h("thead", null, h("tr", null,
+        h("th", { class: "pick" }, h("span", { class: "sr-only" }, "compare")),
         h("th", { class: "num" }, "#"), h("th", null, "Study"), h("th", null, "State"), h("th", null, "Progress"),
         h("th", null, "Best vs baseline"), h("th", { class: "num" }, "Hypervolume"), h("th", { class: "num" }, "Front"),
         h("th", null, "Pool"), h("th", null, "Updated"))),
@@ -85,7 +106,10 @@ export function studiesView(root, { query: q, ctx }) {
 
   function row(s) {
     const href = `/ui/studies/${s.id}`;
-    return h("tr", { class: "clickable", dataset: { study: s.id }, onclick: (e) => { if (!e.target.closest("a")) h("a", { href }).click(); } },
+    return h("tr", { class: "clickable", dataset: { study: s.id },
+      onclick: (e) => { if (!e.target.closest("a, .pick")) h("a", { href }).click(); } },
+      h("td", { class: "pick" }, h("input", { type: "checkbox", class: "compare-pick", checked: selected.has(s.id),
+        "aria-label": `compare study ${s.id}`, onchange: (e) => toggle(s.id, e.target.checked) })),
       h("td", { class: "num muted" }, s.id),
       h("td", null, h("a", { href, class: "study-link" }, s.name),
         h("div", { class: "sub" }, `${s.backend} · ${s.sampler} · ${s.objectives.length} objectives`)),

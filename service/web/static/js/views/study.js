@@ -11,7 +11,7 @@ import { rampCss } from "../charts/colors.js";
 import { StepChart } from "../charts/line.js";
 import { PointCloud } from "../charts/points.js";
 import { Scatter } from "../charts/scatter.js";
-import { can, card, errorBox, progressBar, ratioPill, spinner, stateBadge } from "../widgets.js";
+import { can, card, errorBox, placeTooltip, progressBar, ratioPill, spinner, stateBadge } from "../widgets.js";
 import { TrialsTable, valueCell } from "./trials_table.js";
 
 const FRONT_ROWS = 50; // more on request: a long front is read on the chart, not row by row
@@ -115,7 +115,8 @@ class StudyPage {
     const side = h("aside", { class: "side" },
       card("Hypervolume", { cls: "hv-card" }, this.kpis, hvBox),
       card("Best against the baseline", {}, this.bestList),
-      startedFrom(s.warm_start));
+      startedFrom(s.warm_start),
+      workloadCard(s.document?.kernel?.workload));
 
     const trialsBox = h("div");
     replace(this.root, h("div", { class: "study-page", id: "study", dataset: { study: s.id } },
@@ -230,15 +231,7 @@ class StudyPage {
       h("table", null, h("tbody", null, rows)),
       h("div", { class: "tip-config" }, config));
     tip.hidden = false;
-    // Above and to the right of the point where it fits: the front usually sits towards the
-    // lower left, and the tooltip should not hide the neighbours being compared.
-    const wrap = tip.parentElement.getBoundingClientRect();
-    const w = tip.offsetWidth;
-    const hgt = tip.offsetHeight;
-    const left = px + 14 + w <= wrap.width ? px + 14 : px - 14 - w;
-    const top = py - 14 - hgt >= 0 ? py - 14 - hgt : Math.min(py + 14, wrap.height - hgt);
-    tip.style.left = `${Math.max(0, left)}px`;
-    tip.style.top = `${Math.max(0, top)}px`;
+    placeTooltip(tip, px, py);
   }
 
   /** A cloud point has values only: its row (configuration, ratios) is fetched on hover. */
@@ -461,6 +454,23 @@ function startedFrom(warm) {
       h("span", { class: "muted" }, ` (distance ${src.distance})`)))
     : warm.configs.map((c, i) => h("li", null, `trial ${i + 1}: `, h("code", null, JSON.stringify(c))));
   return card(`Started from (${warm.mode})`, { id: "started-from" }, h("ul", { class: "started-from" }, rows));
+}
+
+/** The shapes the study measures and their weights (a traffic import's buckets) as a
+ * histogram: one bar per shape, its length the shape's share of the total weight. */
+function workloadCard(workload) {
+  if (!workload || !workload.length) return null;
+  const total = workload.reduce((sum, w) => sum + (w.weight ?? 1), 0) || 1;
+  const top = Math.max(...workload.map((w) => w.weight ?? 1));
+  const rows = workload.map((w) => {
+    const share = (w.weight ?? 1) / total;
+    return h("li", { dataset: { share: share.toFixed(4) } },
+      h("span", { class: "shape" }, Object.entries(w.dims).map(([k, v]) => `${k}=${v}`).join(" ")),
+      h("span", { class: "bar" }, h("span", { style: { width: `${(100 * (w.weight ?? 1)) / top}%` } })),
+      h("span", { class: "share" }, `${(100 * share).toFixed(1)}%`));
+  });
+  return card(`Workload (${workload.length} shape${workload.length === 1 ? "" : "s"})`, { id: "workload" },
+    h("ul", { class: "workload-bars" }, rows));
 }
 
 function fmtConfig(value, base, isBaseline) {

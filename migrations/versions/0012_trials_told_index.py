@@ -4,16 +4,16 @@ planner, which has no statistics, read every finished trial of a study through i
 study took a second); an index that matches every equality of those queries is chosen by
 either database without statistics
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-03
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -4,15 +4,15 @@ unique: the other columns never take part in a comparison); (study_id, completed
 the hypervolume's history; (study_id, on_front, number) for the front in order (SQLite read
 every trial of the study through (study_id, number) rather than sort the front's)
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-03
 """
 
 from alembic import op
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
