@@ -44,6 +44,7 @@ RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/v1/studies/{study_id}/trials"): ("viewer", "ids"),
     ("GET", "/v1/studies/{study_id}/trials/{number}"): ("viewer", "ids"),
     ("GET", "/v1/studies/{study_id}/front"): ("viewer", "ids"),
+    ("GET", "/v1/studies/{study_id}/points"): ("viewer", "ids"),
     ("GET", "/v1/studies/{study_id}/events"): ("viewer", "ids"),
     ("GET", "/v1/compare"): ("viewer", "ids"),  # names two studies of one team's
     ("POST", "/v1/workers/register"): ("worker", "ids"),
