@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 import math
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -147,6 +148,9 @@ def hypervolume_history(session: Session, study: Study, points: int) -> list[tup
 
 # the trials a study's plots draw: finished and accounted for by its step
 PLOTTED = (TrialState.COMPLETED.value, TrialState.SCREENED_OUT.value)
+# SQLite's `->` (3.38 and later) gives a JSON value's text; from an older one the values
+# objects come whole and are split here (json_extract's float would print with 15 digits)
+SQLITE_ARROW = sqlite3.sqlite_version_info >= (3, 38)
 
 
 @dataclass
@@ -181,22 +185,30 @@ def points(session: Session, study_id: int, objectives: Sequence[str], since: in
         path = literal(name if postgres else f'$."{name}"', String)
         return Trial.values.op("->")(path)
 
+    whole = not postgres and not SQLITE_ARROW
     flags = (Trial.on_front, Trial.feasible, Trial.state == TrialState.SCREENED_OUT.value)
+    values = [column(func.json(Trial.values))] if whole else [column(value(name)) for name in objectives]
     stmt = (select(func.max(Trial.seq), func.max(case((Trial.is_baseline, Trial.number))), column(Trial.number),
-                   *(column(flag) for flag in flags), *(column(value(name)) for name in objectives))
+                   *(column(flag) for flag in flags), *values)
             .where(Trial.study_id == study_id, Trial.seq > since, Trial.state.in_(PLOTTED), Trial.told.is_(True)))
     cursor, baseline, numbers, *arrays = session.execute(stmt).one()
     if cursor is None:  # Postgres aggregates no row to null
         return Points(cursor=since, numbers="[]", values=["[]"] * len(objectives), on_front="[]", feasible="[]",
                       screened_out="[]", baseline=None)
     on_front, feasible, screened_out = arrays[:3] if postgres else [_booleans(a) for a in arrays[:3]]
-    return Points(cursor=cursor, numbers=numbers, values=arrays[3:], on_front=on_front, feasible=feasible,
-                  screened_out=screened_out, baseline=baseline)
+    return Points(cursor=cursor, numbers=numbers, values=_split(arrays[3], objectives) if whole else arrays[3:],
+                  on_front=on_front, feasible=feasible, screened_out=screened_out, baseline=baseline)
 
 
 def _booleans(array: str) -> str:
     """An array of SQLite's booleans (0, 1 and null) with JSON's."""
     return array.replace("0", "false").replace("1", "true")
+
+
+def _split(objects: str, objectives: Sequence[str]) -> list[str]:
+    """An array of values objects (null where a trial has none) as one array per objective."""
+    rows = json.loads(objects)
+    return [json.dumps([row.get(name) if row else None for row in rows], separators=(",", ":")) for name in objectives]
 
 
 def changed_since(session: Session, study_id: int, after: int, limit: int) -> list[Trial]:

@@ -4,6 +4,7 @@ import copy
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -130,6 +131,12 @@ def make_api(database_url: str, **settings: Any) -> Iterator[Api]:
 @pytest.fixture
 def api(database_url: str) -> Iterator[Api]:
     yield from make_api(database_url)
+
+
+@pytest.fixture
+def sqlite_api(tmp_path: Path) -> Iterator[Api]:
+    """The app on SQLite only, for what only SQLite does."""
+    yield from make_api(f"sqlite:///{tmp_path / 'paretune.db'}")
 
 
 @pytest.fixture

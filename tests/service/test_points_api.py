@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from conftest import Api
 from fake_worker import result_for
 from test_screening_api import RT_E, SPACE, energy_worker, scripted
 
+from service.trials import queries
 from service.trials.schemas import PointsOut
 
 
@@ -90,6 +92,17 @@ def test_points_are_the_trials_values_as_columns_and_since_sends_what_changed(ap
 
     nothing = points(api, study_id, since=whole["cursor"])
     assert (nothing["numbers"], nothing["cursor"]) == ([], whole["cursor"])
+
+
+def test_an_older_sqlite_gets_the_same_points(sqlite_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without SQLite's `->` (before 3.38) the stored values objects are split in Python."""
+    api = sqlite_api
+    study = api.create_study(budget={"max_trials": 20})
+    api.run_worker(api.worker(), result_for)
+    arrow = points(api, study["id"])
+    monkeypatch.setattr(queries, "SQLITE_ARROW", False)
+    assert points(api, study["id"]) == arrow
+    assert by_number(arrow) == reference(api, study["id"], ["f1", "f2"])
 
 
 def test_screened_out_trials_are_listed_without_values(api: Api) -> None:

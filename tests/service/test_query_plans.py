@@ -4,21 +4,14 @@ plans are read from SQLite itself for the statements the service sends."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-from conftest import Api, make_api
+from conftest import Api
 from fake_worker import result_for
 from sqlalchemy import event
 
 from service.scheduling.step import pending_studies
-
-
-@pytest.fixture
-def sqlite_api(tmp_path: Path) -> Iterator[Api]:
-    yield from make_api(f"sqlite:///{tmp_path / 'paretune.db'}")
 
 
 def plans(api: Api, call: Callable[[], Any]) -> list[tuple[str, str]]:
