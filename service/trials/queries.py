@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, String, Text, and_, case, cast, func, literal, or_, select
-from sqlalchemy.orm import Session, defer
+from sqlalchemy import ColumnElement, Select, String, Text, and_, case, cast, func, literal, or_, select
+from sqlalchemy.orm import QueryableAttribute, Session, defer
 
 from service.domain.states import TrialState
 from service.errors import Invalid
@@ -178,10 +178,10 @@ def points(session: Session, study_id: int, objectives: Sequence[str], since: in
     postgres = is_postgres(session)
     array = func.json_agg if postgres else func.json_group_array
 
-    def column(expression: Any) -> Any:
+    def column(expression: ColumnElement[Any] | QueryableAttribute[Any]) -> ColumnElement[str]:
         return cast(array(expression), Text)  # text, which the driver would otherwise parse
 
-    def value(name: str) -> Any:
+    def value(name: str) -> ColumnElement[Any]:
         path = literal(name if postgres else f'$."{name}"', String)
         return Trial.values.op("->")(path)
 
