@@ -16,13 +16,13 @@ scheduling step, as service.scheduling.mirror drives Optuna's samplers:
   a constraint. The baseline (no ACF) and warm-start configurations are measured, never told.
 - The engine's checkpoint is written to sampler_checkpoints in the same transaction as the
   step that asked for a batch, and the step that told a generation's last result (not at
-  every result: a checkpoint holds the whole ledger); a step that told other results moves
-  the row's version on. A mirror at another version than the row's (a restart, another
-  replica, a scheduler process) restores the checkpoint and carries on with the same
-  generation: the candidates it restores as pending are the trials already queued or
-  running (told when they finish), those still waiting in the batch, and those whose
-  results the steps since told, which are told again from the trials table (the results
-  are there, committed with `told`).
+  every result: a checkpoint holds the whole ledger); a step that told other results, or
+  queued candidates of a batch asked earlier, moves the row's version on. A mirror at
+  another version than the row's (a restart, another replica, a scheduler process) restores
+  the checkpoint and carries on with the same generation: the candidates it restores as
+  pending are the trials already queued or running (told when they finish), those still
+  waiting in the batch, and those whose results the steps since told, which are told again
+  from the trials table (the results are there, committed with `told`).
 """
 
 from __future__ import annotations
@@ -315,6 +315,7 @@ class EngineMirror:
                 self.waiting.extend(self.search.ask())
             self.asked = self.changed = True
         candidate = self.waiting.popleft()
+        self.changed = True  # another replica's mirror, holding it as waiting, must reload
         config, files = self.engine_space.configuration(candidate.params, self.baseline)
         self.new_files.update(files)
         self.issued.add(str(candidate.param_id))
@@ -364,9 +365,10 @@ class EngineMirror:
     def persist(self, session: Session) -> None:
         """The files the step's candidates generated, and the engine's checkpoint when the
         step asked for a batch or told a generation's last result, into the step's
-        transaction. A step that only told results writes no checkpoint but moves its
-        version on, so that another process's mirror of the study, at the old version, loads
-        the checkpoint again and tells those results from the trials table."""
+        transaction. A step that only told results or queued waiting candidates writes no
+        checkpoint but moves its version on, so that another process's mirror of the study,
+        at the old version, loads the checkpoint again: it tells those results from the
+        trials table and finds those candidates issued there."""
         self._tell()
         if self.new_files:
             known = set(session.execute(select(ControlsFile.sha256)

@@ -17,6 +17,7 @@ import pytest
 from acf_support import CATALOG, needs_catalog
 from conftest import Api, make_api
 
+from service.scheduling import step
 from service.store.models import SamplerCheckpoint
 
 pytestmark = needs_catalog
@@ -202,34 +203,35 @@ def test_a_new_process_carries_on_mid_generation(database_url: str) -> None:
     second.close()
 
 
-def test_two_replicas_step_one_study_without_losing_a_result(database_url: str) -> None:
-    """Two service processes on one database, each with its own engine in memory, take
-    turns at the study's steps: each result is told once, by whichever steps it."""
-    first_app, second_app = make_api(database_url, controls_catalog=CATALOG), make_api(database_url,
-                                                                                        controls_catalog=CATALOG)
-    first, second = next(first_app), next(second_app)
+@pytest.mark.parametrize("ask_until_s", [step.ASK_UNTIL_S, -1.0], ids=["batch", "one-per-step"])
+def test_two_replicas_step_one_study_without_losing_a_result(database_url: str, ask_until_s: float,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two service processes on one database, each with its own engine in memory, both
+    step the study between one lease and its result: each result is told once, by whichever
+    steps it, and each candidate becomes one trial, whichever replica queues it. With no
+    time to ask (a loaded control plane) a step queues only as many trials as it accounted
+    for (at least one), so a generation's candidates are queued by both replicas in turn."""
+    monkeypatch.setattr(step, "ASK_UNTIL_S", ask_until_s)
+    replicas = [make_api(database_url, controls_catalog=CATALOG, scheduler_process=True) for _ in range(2)]
+    first, second = (next(r) for r in replicas)
     worker = register(first)
     doc = document()
     doc["sampler"]["options"]["generations"] = 2
     study_id = first.client.post("/v1/studies", json=doc, headers=first.admin).json()["id"]
-    first.quiesce()
-    turn = 0
-    while True:
+    for turn in range(200):
+        for api in (first, second):
+            api.client.app.state.paretune.scheduler.step_now(study_id, wait=True)  # type: ignore[attr-defined]
+        study = first.client.get(f"/v1/studies/{study_id}", headers=first.admin).json()
+        if study["state"] != "running":
+            break
         api = (first, second)[turn % 2]
         held = api.lease(worker)
-        if held is None:
-            api.quiesce()
-            held = api.lease(worker)
-            if held is None:
-                break
-        assert api.post_result(worker, held["token"], completed(held["trial"])).status_code == 200
-        api.quiesce()
-        turn += 1
-    study = first.client.get(f"/v1/studies/{study_id}", headers=first.admin).json()
+        if held is not None:
+            assert api.post_result(worker, held["token"], completed(held["trial"])).status_code == 200
     assert study["state"] == "completed", study
     engine = [t for t in trials_of(first, study_id) if not t["is_baseline"]]
     told = [acf_of(r) for r in engine_ledger(first, study_id)]
     assert len(engine) == 2 * POOL == len(told) == len(set(told))
     assert set(told) == {t["config"]["acf"] for t in engine}
-    first_app.close()
-    second_app.close()
+    for replica in replicas:
+        replica.close()
