@@ -247,6 +247,9 @@ class Replayer:
             "budget": {"max_trials": trials, **budget},
             "parallelism": parallelism,
             "pool": self._pool(with_limits),
+            # cold: a built-in's studies start from related studies by default (warm_start:
+            # related), here the earlier seeds' studies of the same kernel and space
+            "warm_start": "none",
         }
         study_id = self.last_study_id = self._post("/v1/studies", doc, self.admin)["id"]
         held: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (token, trial, result), oldest first
