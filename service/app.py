@@ -69,7 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(state.shares.stop)
             await scheduler.stop()
             await notifier.stop()
-            db.dispose()
+            db.dispose()  # waits for the steps in flight
+            cache.clear()  # the mirrors, and their working directories
 
     app = FastAPI(
         title="paretune",

@@ -184,7 +184,11 @@ def test_a_new_process_carries_on_mid_generation(database_url: str) -> None:
         assert lease is not None
         api.post_result(worker, lease["token"], completed(lease["trial"]))
     api.quiesce()
+    cache = api.client.app.state.paretune.cache  # type: ignore[attr-defined]
+    workdirs = [m.workdir for m in cache._mirrors.values()]
+    assert workdirs and all(d.exists() for d in workdirs)
     apis.close()  # the first process goes away; one lease still in flight
+    assert not any(d.exists() for d in workdirs)  # its engines' working directories with it
 
     second = make_api(database_url, controls_catalog=CATALOG)
     api = next(second)
