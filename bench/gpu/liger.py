@@ -306,6 +306,8 @@ class Run:
         command = [sys.executable, "-m", "workers", "--server", rs.SERVER, "--pool", "gpu0", "--name", "gpu0",
                    "--cache-dir", str(self.work / "cache"), "--measure-cpus", measure, "--compile-cpus", compile_]
         command += ["--backends", "cpu"] if self.local else ["--gpu", "0", "--warm"]
+        if self.args.bwrap:  # the namespaces level where bwrap works here, else the next best
+            command += ["--bwrap", self.args.bwrap]
         rs.spawn(command, env={**self.env, "PARETUNE_WORKER_TOKEN": worker}, cwd=REPO,
                  stdout=open(self.work / "worker.log", "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
         return rs.Api(admin), rs.Api(approver)
@@ -528,6 +530,7 @@ def main() -> None:
     parser.add_argument("--apply-window-s", type=float, default=0.1, help="hot window per shape in the plain process")
     parser.add_argument("--study-timeout-s", type=float, default=400)
     parser.add_argument("--validation-timeout-s", type=float, default=300)
+    parser.add_argument("--bwrap", help="the bubblewrap binary for the worker (bench/gpu/fetch_bwrap.sh)")
     parser.add_argument("--local", action="store_true", help="cpu stand-ins (tests/minikern) instead of Liger")
     parser.add_argument("--apply", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--applied", type=Path, help=argparse.SUPPRESS)

@@ -406,19 +406,48 @@ def test_a_warm_runner_in_namespaces_loses_what_each_trial_left_and_serves_one_s
     context = Context(ArtifactCache(tmp_path / "cache"), sandbox, pool)
     marker = f"left-{uuid.uuid4().hex}"
     try:
-        served = [execute_trial(_trial(study, marker), context) for study in (1, 1, 2)]
+        served = [execute_trial(_trial(study, marker), context) for study in (1, 1, 2, 1)]
         assert all(r is not None and r.status == "completed" for r in served), served
         processes = [r.metrics["process"].value for r in served]
-        assert processes[0] == processes[1] != processes[2]  # one study per runner
-        assert [r.environment["sandbox"]["trials_served"] for r in served] == [1, 2, 1]
+        assert processes[0] == processes[1] == processes[3] != processes[2]  # one study per runner
+        assert [r.environment["sandbox"]["trials_served"] for r in served] == [1, 2, 1, 3]
         assert with_marker(marker) == []  # each trial's child died with its trial
-        [runner] = pool.runners[("run", "python")]
-        assert runner.alive()
+        runners = pool.runners[("run", "python")]
+        assert [r.study_id for r in runners] == [1, 2] and all(r.alive() for r in runners)
         assert [p for p in processes_of_uid(sandbox.isolation.identity("run").uid)] != []  # the runner itself
     finally:
         pool.close()
         sandbox.close()
     assert processes_of_uid(sandbox.isolation.identity("run").uid) == []
+
+
+def test_runners_of_alternating_studies_stay_warm_where_namespaces_separate_them(tmp_path):
+    """Two teams' studies whose trials alternate on a worker each keep their runner (a GPU
+    runner's start is the interpreter, torch and a CUDA context: seconds per trial); past
+    `keep_idle` idle runners the least recently used goes."""
+    from workers.sandbox.runner import RunnerPool
+
+    sandbox = Sandbox(work_root=tmp_path / "work")
+    sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[])
+    pool = RunnerPool(sandbox.root / "runners", sandbox=sandbox, keep_idle=2)
+    try:
+        handed = []
+        for study in (1, 2, 1, 2, 1):
+            runner = pool.get("run", "python", study)
+            assert runner is not None
+            handed.append(runner)
+            pool.release(runner)
+        assert handed[0] is handed[2] is handed[4] and handed[1] is handed[3] and handed[0] is not handed[1]
+        assert pool.started == 2 and all(r.alive() for r in handed)
+        third = pool.get("run", "python", 3)  # a third idle runner would be one too many only once it is idle
+        assert third is not None and all(r.alive() for r in handed)
+        pool.release(third)
+        assert pool.get("run", "python", 4) is not None
+        assert not handed[1].alive() and handed[0].alive()  # study 2's was the least recently used
+        assert [r.study_id for r in pool.runners[("run", "python")]] == [1, 3, 4]
+    finally:
+        pool.close()
+        sandbox.close()
 
 
 def _objective_in_sandbox(root: Path, level: str, code: str, objectives: list[str]):  # type: ignore[no-untyped-def]

@@ -279,9 +279,12 @@ def test_a_runner_in_use_is_never_handed_out_twice(pool):
     assert pool.get("compile", "python", 1) is first
     pool.release(first)
     pool.release(second)
-    again = pool.get("compile", "python", 2)  # another study: a fresh runner in an idle one's place
-    assert again not in (first, second) and not first.alive() and second.alive()
-    assert len(pool.runners[("compile", "python")]) == 2 and len(pool.runners[("run", "python")]) == 1
+    again = pool.get("compile", "python", 2)  # another study: a runner of its own
+    assert again not in (first, second)
+    # without namespaces the runners of a phase share its uid: the other study's idle ones go
+    assert not first.alive() and not second.alive() and again.alive()
+    assert len(pool.runners[("compile", "python")]) == 1 and len(pool.runners[("run", "python")]) == 1
+
 
 
 def test_a_context_runs_its_warm_runners_in_its_own_sandbox(cache, pool, tmp_path):

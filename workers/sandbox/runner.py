@@ -16,8 +16,9 @@ phase any failed trial (a wrong result or an error may leave the device or the i
 in a bad state). In the compile phase a compile error reported by the compiler leaves the
 runner in service: nothing ran on the device. After every trial, clean or not, every other
 process of the runner's sandbox (its PID namespace, its sandbox uid, its process group) is
-killed. A runner serves the trials of one study: a trial of another study gets a fresh
-runner, so that what one team's kernel left in the interpreter never meets another's.
+killed. A runner serves the trials of one study: a trial of another study gets a runner of
+its own, so that what one team's kernel left in the interpreter never meets another's; the
+runners of studies whose trials alternate on a worker stay warm side by side (RunnerPool).
 A replaced runner's successor is started at once, so it warms up while the agent reports
 and leases.
 
@@ -94,6 +95,7 @@ class WarmRunner:
         self.log_limit = log_limit
         self.served = 0
         self.study_id: int | None = None  # the study whose trials it serves, once it served one
+        self.last_used = 0.0  # when the pool last handed it out (monotonic)
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._ready: dict[str, Any] | None = None
@@ -280,8 +282,10 @@ class RunnerPool:
         sandbox: Sandbox | None = None,
         start_timeout_s: float = 180.0,
         log_limit: int = 4096,
+        keep_idle: int = 3,
     ) -> None:
         self.root = Path(root)
+        self.keep_idle = keep_idle
         self.sandbox = sandbox or default_sandbox()
         self.env_for = env_for  # phase -> environment of that phase's processes (None: the sandbox's)
         self.warm_for = warm_for  # backend -> whether its trials use warm runners
@@ -298,10 +302,15 @@ class RunnerPool:
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="runner-spawner")
 
     def get(self, phase: str, backend: str, study_id: int | None = None) -> WarmRunner | None:
-        """A runner for this phase and backend that no one else is using (preferably one
-        that served this study; one that served another study is replaced, one that died is
-        replaced, and a new one starts when all are in use), held until `release`. None when
-        the backend's trials run in fresh processes or the pool is closed."""
+        """A runner for this phase and backend that no one else is using, held until
+        `release`: one that served this study, else a new one. None when the backend's trials
+        run in fresh processes or the pool is closed.
+
+        Runners of other studies stay warm for their next trial (studies of several teams
+        share a worker, and their trials alternate), up to `keep_idle` idle ones per phase
+        and backend, the least recently used going first. Without namespaces the runners of
+        a phase share its sandbox uid, so an idle runner of another study is killed before
+        this study's job runs beside it."""
         if not self.warm_for(backend):
             return None
         with self.lock:
@@ -309,17 +318,26 @@ class RunnerPool:
                 return None
             kept = self.runners.setdefault((phase, backend), [])
             idle = [r for r in kept if r not in self.busy]
-            runner = next((r for r in idle if r.study_id == study_id), None) or next(iter(idle), None)
-            if runner is None:
-                runner = self._start(phase, backend)
-                kept.append(runner)
-            elif not runner.alive() or None not in (runner.study_id, study_id) and runner.study_id != study_id:
+            runner = next((r for r in idle if r.study_id == study_id), None) or next(
+                (r for r in idle if None in (r.study_id, study_id)), None)
+            others = sorted((r for r in idle if r is not runner and r.study_id not in (None, study_id)),
+                            key=lambda r: r.last_used)
+            excess = len(idle) - (runner is not None) - self.keep_idle
+            gone = others[:max(0, excess)] if self.sandbox.isolation.namespaces else others
+            for other in gone:
+                other.kill()
+                kept.remove(other)
+            if runner is not None and not runner.alive():
                 runner.kill()
                 kept[kept.index(runner)] = runner = self._start(phase, backend)
+            elif runner is None:
+                runner = self._start(phase, backend)
+                kept.append(runner)
             if phase == "compile" and not self.runners.get(("run", backend)):
                 # the run phase warms up while the first trial compiles
                 self.runners[("run", backend)] = [self._start("run", backend)]
-            runner.study_id = study_id
+            runner.study_id = study_id if study_id is not None else runner.study_id
+            runner.last_used = time.monotonic()
             self.busy.add(runner)
             return runner
 
