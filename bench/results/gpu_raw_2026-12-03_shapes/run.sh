@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sweeps of attention_fwd on two more shapes and of RMSNorm on a second shape, for the
 # leave-one-shape-out transfer replay (bench/replay_transfer.py --gpu). Compiles ahead on
-# CPUs 2-15; one measuring process on CPUs 0-1. `run.sh rest` goes on with the RMSNorm
-# configurations an earlier call left (--skip its file).
+# CPUs 2-15; one measuring process on CPUs 0-1. `run.sh rest` (and `rest2`, ...) goes on with
+# the RMSNorm configurations the earlier calls left (--skip their files).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -14,7 +14,7 @@ ATT_A='[{"dims": {"batch": 16, "heads": 32, "seq": 512, "head_dim": 128, "causal
 ATT_B='[{"dims": {"batch": 1, "heads": 32, "seq": 16384, "head_dim": 128, "causal": 1}, "weight": 1}]'
 RMS='[{"dims": {"rows": 4096, "cols": 4096}, "weight": 1}]'
 SKIP=()
-[ "$PHASE" = rest ] && SKIP=(--skip bench/results/gpu_raw_2026-12-03_shapes/sweep_rmsnorm_4096_first.json)
+[ "$PHASE" != first ] && SKIP=(--skip bench/results/gpu_raw_2026-12-03_shapes/sweep_rmsnorm_4096_*.json)
 pids=()
 for j in 0 1 2 3 4 5 6 7 8 9; do
   taskset -c 2-15 nice -n 5 python3 bench/gpu/sweep.py --kernel rmsnorm --backend cuda --cache /tmp/cache-rms \
