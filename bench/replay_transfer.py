@@ -29,6 +29,7 @@ Per held-out shape and setting the table gives:
     python bench/replay_transfer.py bench/results/cpu_sweep_matmul.json --seeds 50 --histories 5 [--cold 10]
     python bench/replay_transfer.py SWEEP --held-out 1 --seeds 5 --json out.json
     python bench/replay_transfer.py --gpu gemm_bf16 SQUARE.json DECODE.json PREFILL.json --seeds 50
+    python bench/replay_transfer.py --gpu rmsnorm PART1.json,PART2.json OTHER.json   # a shape swept in parts
 """
 
 from __future__ import annotations
@@ -131,13 +132,15 @@ def load_gpu(kernel: str, files: list[Path], objectives: list[str] = GPU_OBJECTI
     sigmas = {name: repeats[f"{name}_spread"] / SIGMAS_PER_RANGE_OF_FIVE for name in objectives}
     shapes = []
     for path in files:
-        data = json.loads(path.read_text())
-        if data.get("stopped") or data.get("evaluations") != data.get("space_size"):
-            raise SystemExit(f"{path} does not cover the space: {data.get('stopped')}")
+        parts = [json.loads(Path(part).read_text()) for part in str(path).split(",")]
+        rows = [row for data in parts for row in data["rows"]]
         table = {config_key(r["config"]): ({o: r["values"][o] for o in objectives} if r.get("values") else None)
-                 for r in data["rows"]}
-        shapes.append(ShapeSweep(data.get("workload") or builtin.workload, table, sigmas, dict(builtin.default_config),
-                                 objectives))
+                 for r in rows}
+        if len(table) != parts[0].get("space_size"):
+            raise SystemExit(f"{path} does not cover the space: {len(table)} of {parts[0].get('space_size')} "
+                             "configurations")
+        shapes.append(ShapeSweep(parts[0].get("workload") or builtin.workload, table, sigmas,
+                                 dict(builtin.default_config), objectives))
     return KernelSweep(kernel, backend, [], objectives, shapes)
 
 
