@@ -20,7 +20,11 @@ The scheduler is vLLM's (v1, `vllm/v1/core/sched/scheduler.py`), one forward ste
    next one starts; an idle server waits for the next arrival.
 
 The step's token count M = decode tokens + prefill tokens is the M of every GEMM of the
-forward pass (vLLM flattens the batch). Assumed away: KV-cache capacity (no preemption),
+forward pass (vLLM flattens the batch). A request's prefill attention is counted once per
+request, over its whole prompt: a chunk of c tokens after o others attends to o x c +
+c(c + 1)/2 query-key pairs, and over a prompt's chunks these add up to L(L + 1)/2, the pairs of
+one causal attention over the whole prompt of L tokens. Decode attention (one query token against
+the KV cache) is another kernel and is not counted here. Assumed away: KV-cache capacity (no preemption),
 prefix caching (Mooncake's `hash_ids` are not used), speculative decoding, pipeline parallelism
 and the engine's overheads beyond the cost model. Times are integer nanoseconds, so a run is
 exact and repeatable: the same trace and parameters give the same counts.
@@ -66,7 +70,8 @@ class SimulationError(ValueError):
 
 @dataclass
 class Simulation:
-    """Counts of forward steps by tokens (M), by decode batch size and by prefill tokens."""
+    """Counts of forward steps by tokens (M), by decode batch size and by prefill tokens, and
+    of requests by prompt tokens (each request's prefill attention)."""
 
     requests: int = 0
     skipped: int = 0  # requests without prompt tokens: no server runs them
@@ -76,6 +81,7 @@ class Simulation:
     tokens: Counter[int] = field(default_factory=Counter)  # M of a step -> steps
     decode: Counter[int] = field(default_factory=Counter)  # decoding requests of a step (> 0) -> steps
     prefill: Counter[int] = field(default_factory=Counter)  # prompt tokens of a step (> 0) -> steps
+    prompts: Counter[int] = field(default_factory=Counter)  # prompt tokens of a request -> requests
 
     def record(self, decode: int, prefill: int, steps: int = 1) -> None:
         self.steps += steps
@@ -120,6 +126,7 @@ class _Arrivals:
                 self._result.skipped += 1
                 continue
             self._result.requests += 1
+            self._result.prompts[request.prompt_tokens] += 1
             self._next = request
             return
         self._next = None

@@ -11,7 +11,9 @@ library the GPU runs), so the same campaign runs end to end on a laptop.
 The layer figure: a kernel's time per token is, over its studies, sum_b w_b m_b t_b / sum_b w_b m_b
 (t_b a bucket study's time_per_token_us; one study: its own), and the layer's the sum over its
 kernels, each as many times as it runs in a layer (service.workloads.objectives.layer_per_token),
-for the baselines and for each study's best point. Pure: the CLI talks to the service.
+for the baselines and for each study's best point. Attention's time is per prompt token (its
+workload is the requests' prefill), so it enters the layer's figure times the prompt tokens'
+share of all the tokens the traffic's steps process. Pure: the CLI talks to the service.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from service.workloads.mix import TrafficMix
 from service.workloads.objectives import Estimate, layer_per_token
 from service.workloads.presets import LayerKernel, ModelConfig, PresetError, layer_kernels, preset
-from wire.contract import WorkloadShape
 
 PER_TOKEN = "time_per_token_us"
 
@@ -64,6 +66,7 @@ class PlannedStudy:
     bucket: int | None  # the M of a per-bucket study
     weight: float  # the bucket's share of steps (1 for a whole-mix study)
     document: dict[str, Any]
+    token_share: float = 1.0  # the share of the layer's tokens its kernel's time per token counts
 
 
 def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,8 +77,8 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def plan(campaign: CampaignDocument, mix: Sequence[WorkloadShape], dim: str = "m") -> list[PlannedStudy]:
-    """The campaign's studies under a traffic mix (`dim` holds a step's tokens)."""
+def plan(campaign: CampaignDocument, traffic: TrafficMix) -> list[PlannedStudy]:
+    """The campaign's studies under a traffic mix."""
     layer = {k.name: k for k in campaign.layer()}
     unknown = sorted(campaign.kernels.keys() - layer.keys())
     if unknown:
@@ -83,7 +86,12 @@ def plan(campaign: CampaignDocument, mix: Sequence[WorkloadShape], dim: str = "m
     planned = []
     for name, wanted in campaign.kernels.items():
         kernel = layer[name]
-        workload = kernel.workload(mix, dim)  # PresetError for attention, which traffic does not fill
+        try:
+            shapes, dim = traffic.shapes_for(kernel.kind)
+        except ValueError as exc:
+            raise PresetError(f"{name}: {exc}") from None
+        workload = kernel.workload(shapes, dim)
+        share = traffic.prompt_token_share if kernel.kind == "attention" else 1.0
         document = _merged(campaign.defaults, wanted.study)
         document.setdefault("kernel", {}).setdefault("options", {})["token_dim"] = kernel.token_dim
         groups = ([(shape.dims[str(kernel.token_dim)], shape.weight, [shape.model_copy(update={"weight": 1.0})])
@@ -92,17 +100,18 @@ def plan(campaign: CampaignDocument, mix: Sequence[WorkloadShape], dim: str = "m
             study = copy.deepcopy(document)
             study["kernel"]["workload"] = [s.model_dump() for s in shapes]
             study["name"] = f"{campaign.name}: {name}" + (f" at {kernel.token_dim} = {bucket}" if bucket else "")
-            planned.append(PlannedStudy(kernel, bucket, weight, study))
+            planned.append(PlannedStudy(kernel, bucket, weight, study, share))
     return planned
 
 
 def kernel_per_token(studies: Sequence[tuple[PlannedStudy, float]]) -> Estimate:
     """A kernel's time per token from its studies' (planned study, time_per_token_us)."""
-    tokens = [(p.weight * (p.bucket or 1), value) for p, value in studies]
+    share = studies[0][0].token_share
     if len(studies) == 1 and studies[0][0].bucket is None:
-        return Estimate(studies[0][1])
+        return Estimate(share * studies[0][1])
+    tokens = [(p.weight * (p.bucket or 1), value) for p, value in studies]
     total = sum(t for t, _ in tokens)
-    return Estimate(sum(t * value for t, value in tokens) / total)
+    return Estimate(share * sum(t * value for t, value in tokens) / total)
 
 
 def layer_figure(results: Sequence[tuple[PlannedStudy, float]]) -> dict[str, Estimate]:

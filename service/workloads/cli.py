@@ -13,7 +13,17 @@ import typer
 import yaml
 
 from service.workloads.batching import Serving, SimulationError, simulate
-from service.workloads.mix import VLLM_BATCH_SIZES, Bin, TraceInfo, TrafficMix, parse_buckets, sha256_of, traffic_mix
+from service.workloads.mix import (
+    SEQ_BUCKETS,
+    VLLM_BATCH_SIZES,
+    Bin,
+    RequestBin,
+    TraceInfo,
+    TrafficMix,
+    parse_buckets,
+    sha256_of,
+    traffic_mix,
+)
 from service.workloads.presets import LayerKernel, ModelConfig, PresetError, layer_kernels, preset, presets
 from service.workloads.traces import TraceError, TraceFormat, read_trace
 
@@ -43,15 +53,18 @@ def import_trace(
     buckets: Annotated[str, typer.Option(help="the M buckets, comma separated (default: vLLM's tuned batch sizes)")] = (
         ",".join(map(str, VLLM_BATCH_SIZES))),
     dim: Annotated[str, typer.Option(help="the workload dim that holds a step's tokens")] = "m",
+    seq_buckets: Annotated[str, typer.Option(help="attention's sequence buckets for the requests' prompts, comma "
+                                             "separated")] = ",".join(map(str, SEQ_BUCKETS)),
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (its `workload` is a study's)")] = False,
 ) -> None:
     """Simulate continuous batching over a serving trace (streamed) and print the distribution of
-    a forward step's tokens: the M buckets and weights of a study's kernel.workload."""
+    a forward step's tokens: the M buckets and weights of a study's kernel.workload; and of the
+    requests' prompt lengths: attention's workload (`attention`, the sequence in dim seq)."""
     try:
         serving = Serving(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                           chunked_prefill=chunked_prefill, step_ms=step_ms, step_us_per_token=step_us_per_token,
                           time_scale=time_scale)
-        grid = parse_buckets(buckets)
+        grid, seq_grid = parse_buckets(buckets), parse_buckets(seq_buckets)
         simulation = simulate(read_trace(file, trace_format), serving)
     except (TraceError, SimulationError, ValueError) as exc:
         _fail(f"{file}: {exc}" if isinstance(exc, TraceError | SimulationError) else str(exc))
@@ -59,7 +72,7 @@ def import_trace(
         _fail(f"{file}: no request with prompt tokens")
     trace = TraceInfo(file=file.name, format=trace_format, sha256=sha256_of(file), requests=simulation.requests,
                       skipped=simulation.skipped)
-    mix = traffic_mix(simulation, trace, serving, grid, dim)
+    mix = traffic_mix(simulation, trace, serving, grid, dim, seq_grid)
     typer.echo(mix.model_dump_json(indent=2) if as_json else _report(mix))
 
 
@@ -74,20 +87,24 @@ def _report(mix: TrafficMix) -> str:
         f"simulated {mix.duration_s:.1f} s: {mix.steps} forward steps, {mix.tokens_per_step:.1f} tokens per step on "
         f"average, longest queue {mix.peak_waiting}",
         "",
-        *_histogram(f"tokens per step ({mix.dim}): the workload", mix.tokens, weights=True),
+        *_histogram(f"tokens per step ({mix.dim}): the workload", mix.tokens),
         *_histogram("requests decoding per step", mix.decode_batch),
         *_histogram("prompt tokens per step", mix.prefill_tokens),
+        *_histogram(f"prompt tokens per request (seq): attention's workload; prompts are {mix.prompt_token_share:.1%} "
+                    "of all tokens", mix.prompts),
     ]
     return "\n".join(lines)
 
 
-def _histogram(title: str, bins: list[Bin], weights: bool = False) -> list[str]:
-    total = sum(b.steps for b in bins) or 1
-    most = max((b.steps for b in bins), default=1)
-    rows = [f"{title}", f"{'bucket':>8} {'steps':>10} {'share':>7}"]
-    for b in bins:
-        bar = "#" * max(1, round(BAR * b.steps / most))
-        rows.append(f"{b.bucket:>8} {b.steps:>10} {b.steps / total:>7.4f} {bar}")
+def _histogram(title: str, bins: list[Bin] | list[RequestBin]) -> list[str]:
+    unit = "requests" if bins and isinstance(bins[0], RequestBin) else "steps"
+    counts = [(b.bucket, b.requests if isinstance(b, RequestBin) else b.steps) for b in bins]
+    total = sum(n for _, n in counts) or 1
+    most = max((n for _, n in counts), default=1)
+    rows = [f"{title}", f"{'bucket':>8} {unit:>10} {'share':>7}"]
+    for bucket, n in counts:
+        bar = "#" * max(1, round(BAR * n / most))
+        rows.append(f"{bucket:>8} {n:>10} {n / total:>7.4f} {bar}")
     return [*rows, ""] if bins else [title, "  (none)", ""]
 
 
@@ -138,8 +155,12 @@ def _kernel(kernel: LayerKernel, mix: TrafficMix | None) -> dict[str, Any]:
                             "token_dim": kernel.token_dim, "dtype": kernel.dtype, "calls": kernel.calls}
     if kernel.vllm:
         body["vllm"] = kernel.vllm
-    if mix is not None and kernel.token_dim:
-        body["workload"] = [s.model_dump() for s in kernel.workload(mix.workload, mix.dim)]
+    if mix is not None:
+        try:
+            shapes, dim = mix.shapes_for(kernel.kind)
+        except ValueError as exc:
+            raise PresetError(f"{kernel.name}: {exc}") from None
+        body["workload"] = [s.model_dump() for s in kernel.workload(shapes, dim)]
     return body
 
 
@@ -163,7 +184,7 @@ def run_campaign(
         raw = safe_yaml.load(file.read_text(), max_bytes=1 << 22, max_depth=32, max_aliases=64)
         campaign = CampaignDocument.model_validate(raw)
         mix = TrafficMix.model_validate_json(workload.read_text())
-        planned = plan(campaign, mix.workload, mix.dim)
+        planned = plan(campaign, mix)
     except (PresetError, ValueError, safe_yaml.DocumentRefused, yaml.YAMLError) as exc:
         _fail(f"{file}: {exc}")
     if plan_only:

@@ -8,14 +8,16 @@ The shapes are per GPU, split the way vLLM's parallel layers split them:
 - O: row-parallel, K = heads / tp * head_dim, N = hidden;
 - gate/up (merged): column-parallel, K = hidden, N = 2 * intermediate / tp;
 - down: row-parallel, K = intermediate / tp, N = hidden;
-- attention: heads / tp, kv heads per rank, head_dim;
+- attention: heads / tp, kv heads per rank, head_dim; one request's causal prefill attention
+  (batch 1) over its prompt, the sequence `seq`;
 - RMSNorm over hidden, twice per layer (before attention and before the MLP);
 - MoE layers replace gate/up and down by the router (a replicated GEMM, N = experts) and the
   fused MoE kernel: E experts, N = expert intermediate / tp (the `N` of vLLM's tuned-config
   file names), K = hidden, top-k; a shared expert, where the model has one, is a dense MLP.
 
-Every GEMM's M, RMSNorm's rows and the MoE's M are the tokens of a forward step: the traffic
-fills them (service.workloads.batching), one layer here fixes the rest.
+Every GEMM's M, RMSNorm's rows and the MoE's M are the tokens of a forward step, and
+attention's seq a request's prompt: the traffic fills them (service.workloads.batching), one
+layer here fixes the rest.
 """
 
 from __future__ import annotations
@@ -92,16 +94,14 @@ class LayerKernel:
     name: str
     kind: Kind
     dims: dict[str, int]
-    token_dim: str | None  # m (GEMM, MoE), rows (RMSNorm); None for attention (needs context lengths)
+    token_dim: str  # m (GEMM, MoE), rows (RMSNorm), seq (attention: a request's prompt)
     dtype: str | None = None
     calls: int = 1  # launches per layer in one forward step
     vllm: dict[str, int] = field(default_factory=dict)  # names vLLM gives (fused MoE: E, N)
 
     def workload(self, mix: Sequence[WorkloadShape], dim: str = "m") -> list[WorkloadShape]:
-        """This kernel's shapes under a traffic mix: the mix's `dim` (tokens per step) in
-        token_dim, the layer's dims beside it, the mix's weights."""
-        if self.token_dim is None:
-            raise PresetError(f"{self.name}: a {self.kind} kernel's shape needs context lengths, not only tokens")
+        """This kernel's shapes under a traffic mix (for attention, the mix of prompt
+        lengths): the mix's `dim` in token_dim, the layer's dims beside it, the mix's weights."""
         return [WorkloadShape(dims={self.token_dim: shape.dims[dim], **self.dims}, weight=shape.weight)
                 for shape in mix]
 
@@ -134,8 +134,8 @@ def layer_kernels(model: ModelConfig, tp: int = 1) -> list[LayerKernel]:
     kernels = [
         LayerKernel("rmsnorm", "rmsnorm", {"cols": hidden}, token_dim="rows", dtype=dtype, calls=2),
         _gemm("qkv_proj", (heads + 2 * kv) * head, hidden, dtype),
-        LayerKernel("attention", "attention", {"heads": heads, "kv_heads": kv, "head_dim": head},
-                    token_dim=None, dtype=dtype),
+        LayerKernel("attention", "attention", {"batch": 1, "heads": heads, "kv_heads": kv, "head_dim": head,
+                                               "causal": 1}, token_dim="seq", dtype=dtype),
         _gemm("o_proj", hidden, heads * head, dtype),
     ]
     if not model.is_moe:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from workload_factory import SMALL_TRACE, write_trace
 
 from service.workloads.batching import Serving, SimulationError, simulate
-from service.workloads.mix import Bin, TraceInfo, histogram, nearest_bucket, traffic_mix
+from service.workloads.mix import Bin, RequestBin, TraceInfo, histogram, nearest_bucket, traffic_mix
 from service.workloads.traces import Request, TraceFormat, read_trace
 from wire.contract import WorkloadShape
 
@@ -49,6 +49,14 @@ def test_the_small_trace_by_hand(tmp_path: Path, trace_format: TraceFormat) -> N
     assert mix.tokens_per_step == 4.0
     # prefill 3 is as near 2 as 4: the smaller bucket, as vLLM's nearest-key lookup over ascending keys
     assert mix.prefill_tokens == [Bin(bucket=2, steps=2), Bin(bucket=8, steps=1)]
+    # attention: one causal prefill per request over its prompt (5, 6 and 2 tokens), by nearest
+    # sequence bucket (6 is as near 4 as 8: the smaller); prompt tokens 13 of the steps' 16
+    assert result.prompts == Counter({5: 1, 6: 1, 2: 1})
+    mix = traffic_mix(result, trace, serving, [1, 2, 4, 8], seq_buckets=[2, 4, 8])
+    assert mix.prompts == [RequestBin(bucket=2, requests=1), RequestBin(bucket=4, requests=2)]
+    assert [(s.dims, s.weight) for s in mix.attention] == [({"seq": 2}, pytest.approx(1 / 3)),
+                                                           ({"seq": 4}, pytest.approx(2 / 3))]
+    assert mix.prompt_token_share == pytest.approx(13 / 16)
 
 
 def test_without_chunked_prefill_a_prompt_waits_to_fit_whole() -> None:

@@ -5,11 +5,23 @@ from __future__ import annotations
 
 import pytest
 
+from service.workloads.batching import Serving
 from service.workloads.campaign import CampaignDocument, layer_figure, plan
+from service.workloads.mix import TraceInfo, TrafficMix
 from service.workloads.presets import PresetError
 from wire.contract import WorkloadShape
 
-MIX = [WorkloadShape(dims={"m": 2}, weight=0.5), WorkloadShape(dims={"m": 8}, weight=0.5)]
+
+def traffic(**fields: object) -> TrafficMix:
+    return TrafficMix.model_validate({
+        "trace": TraceInfo(file="t", format="azure", sha256="0" * 64, requests=4, skipped=0), "serving": Serving(),
+        "steps": 4, "duration_s": 1.0, "tokens_per_step": 5.0, "peak_waiting": 0, "dim": "m", "buckets": [2, 8],
+        "workload": [WorkloadShape(dims={"m": 2}, weight=0.5), WorkloadShape(dims={"m": 8}, weight=0.5)],
+        "decode_batch": [], "prefill_tokens": [], "tokens": [], **fields})
+
+
+MIX = traffic(attention=[WorkloadShape(dims={"seq": 512}, weight=0.75), WorkloadShape(dims={"seq": 4096}, weight=0.25)],
+              prompt_token_share=0.4)
 
 
 def campaign(**kernels: dict) -> CampaignDocument:
@@ -41,8 +53,20 @@ def test_the_layer_figure_by_hand() -> None:
     assert figure["time_per_token_us"].value == pytest.approx(2 * 3.0 + 5.2)
 
 
+def test_attention_takes_the_requests_prompt_lengths_and_counts_as_their_share_of_tokens() -> None:
+    attention, rms = plan(campaign(attention={"study": {}}, rmsnorm={"study": {}}), MIX)
+    # Mixtral at tp 2: 32 heads and 8 KV heads split in two, head dim 128
+    assert attention.document["kernel"]["workload"] == [
+        {"dims": {"seq": 512, "batch": 1, "heads": 16, "kv_heads": 4, "head_dim": 128, "causal": 1}, "weight": 0.75},
+        {"dims": {"seq": 4096, "batch": 1, "heads": 16, "kv_heads": 4, "head_dim": 128, "causal": 1}, "weight": 0.25}]
+    assert attention.document["kernel"]["options"]["token_dim"] == "seq"
+    # 6 us per prompt token of attention, prompts 40% of all tokens: 2.4 us per token of the layer's
+    figure = layer_figure([(attention, 6.0), (rms, 1.0)])
+    assert figure["time_per_token_us"].value == pytest.approx(0.4 * 6.0 + 2 * 1.0)
+
+
 def test_kernels_the_layer_lacks_or_traffic_cannot_fill_are_refused() -> None:
     with pytest.raises(PresetError, match="down_proj: not kernels of this layer"):
         plan(campaign(down_proj={"study": {}}), MIX)
-    with pytest.raises(PresetError, match="needs context lengths"):
-        plan(campaign(attention={"study": {}}), MIX)
+    with pytest.raises(PresetError, match="attention: this workload file has no prompt lengths"):
+        plan(campaign(attention={"study": {}}), traffic())

@@ -55,7 +55,7 @@ def test_kv_heads_are_replicated_past_their_count() -> None:
     # 8 KV heads on 16 GPUs: each keeps one (vLLM's QKVParallelLinear), so N = (32/16 + 2) * 128
     kernels = {k.name: k for k in layer_kernels(preset("llama-3-8b").config, 16)}
     assert kernels["qkv_proj"].dims == {"n": 512, "k": 4096}
-    assert kernels["attention"].dims == {"heads": 2, "kv_heads": 1, "head_dim": 128}
+    assert kernels["attention"].dims == {"batch": 1, "heads": 2, "kv_heads": 1, "head_dim": 128, "causal": 1}
     with pytest.raises(PresetError, match="not a multiple of num_key_value_heads 8"):
         layer_kernels(ModelConfig(hidden_size=6144, intermediate_size=12288, num_attention_heads=48,
                                   num_key_value_heads=8), 12)
@@ -66,8 +66,8 @@ def test_the_rest_of_a_dense_layer() -> None:
     assert set(kernels) == {"rmsnorm", "qkv_proj", "attention", "o_proj", "gate_up_proj", "down_proj"}
     assert kernels["rmsnorm"] == LayerKernel("rmsnorm", "rmsnorm", {"cols": 4096}, token_dim="rows", dtype="bfloat16",
                                              calls=2)
-    assert kernels["attention"].dims == {"heads": 16, "kv_heads": 4, "head_dim": 128}
-    assert kernels["attention"].token_dim is None
+    assert kernels["attention"].dims == {"batch": 1, "heads": 16, "kv_heads": 4, "head_dim": 128, "causal": 1}
+    assert kernels["attention"].token_dim == "seq"
 
 
 # vLLM v0.34.0 ships tuned fused-MoE files with these names (vllm/model_executor/layers/fused_moe/configs/)
@@ -126,5 +126,6 @@ def test_a_kernel_under_a_traffic_mix() -> None:
         WorkloadShape(dims={"m": 512, "n": 4096, "k": 14336}, weight=0.25),
     ]
     assert kernels["rmsnorm"].workload(mix)[1].dims == {"rows": 512, "cols": 4096}
-    with pytest.raises(PresetError, match="context lengths"):
-        kernels["attention"].workload(mix)
+    prompts = [WorkloadShape(dims={"seq": 2048}, weight=1.0)]
+    assert kernels["attention"].workload(prompts, "seq") == [WorkloadShape(
+        dims={"seq": 2048, "batch": 1, "heads": 32, "kv_heads": 8, "head_dim": 128, "causal": 1}, weight=1.0)]

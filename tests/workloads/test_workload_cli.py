@@ -26,6 +26,8 @@ def test_import_prints_the_histogram_and_json(tmp_path: Path) -> None:
     assert "simulated 4.0 s: 4 forward steps, 4.0 tokens per step on average, longest queue 2" in shown.output
     assert "       2          2  0.5000 ########################################\n" in shown.output
     assert "       8          1  0.2500 ####################\n" in shown.output
+    assert "prompt tokens per request (seq): attention's workload; prompts are 81.2% of all tokens" in shown.output
+    assert "  bucket   requests   share\n     128          3  1.0000" in shown.output  # prompts of 5, 6 and 2
 
     as_json = runner.invoke(app, ["workload", "import", str(trace), "--format", "azure", *SMALL_SERVER, "--json"])
     mix = TrafficMix.model_validate_json(as_json.output)
@@ -55,6 +57,9 @@ def test_from_a_trace_to_a_vllm_file(tmp_path: Path, signing_key: Ed25519Private
     assert moe["vllm"] == {"E": 8, "N": 7168}
     assert moe["workload"] == [{"dims": {"m": m, "e": 8, "n": 7168, "k": 4096, "topk": 2}, "weight": w}
                                for m, w in ((2, 0.5), (4, 0.25), (8, 0.25))]
+    attention = next(k for k in json.loads(layer.output)["kernels"] if k["kind"] == "attention")
+    assert attention["token_dim"] == "seq" and attention["workload"] == [
+        {"dims": {"seq": 128, "batch": 1, "heads": 16, "kv_heads": 4, "head_dim": 128, "causal": 1}, "weight": 1.0}]
 
     # one study per bucket, each approved: the artifacts measured at those shapes
     files = []
