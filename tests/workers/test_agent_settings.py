@@ -36,6 +36,7 @@ FROM_ENVIRONMENT = {
     "WARM_RUNNER": ("no", False),
     "GPU": ("3", 3),
     "RUNNER_START_TIMEOUT_S": ("60", 60.0),
+    "IDLE_RUNNERS": ("1", 1),
     "ISOLATION": ("user", "user"),
     "SANDBOX_UID": ("61000", 61000),
     "BWRAP": ("/usr/bin/bwrap", "/usr/bin/bwrap"),

@@ -75,6 +75,9 @@ class AgentSettings(BaseSettings):
     warm_runner: bool | None = None  # None: as each backend prefers (triton, cuda: warm)
     gpu: int | None = Field(default=None, ge=0)  # the one GPU its sandboxes see (CUDA_VISIBLE_DEVICES)
     runner_start_timeout_s: float = Field(default=180.0, gt=0)
+    # idle warm runners of other studies kept per phase and backend (each holds an interpreter,
+    # and for GPU backends a CUDA context); at levels without namespaces none is kept
+    idle_runners: int = Field(default=3, ge=0, le=16)
     isolation: str = Field(default="auto", pattern="^(auto|namespaces|user|none)$")
     sandbox_uid: int | None = Field(default=None, ge=1)  # root agents: trials run as this uid (compile: +1)
     bwrap: str | None = None  # the bubblewrap binary (default: bwrap on PATH)
