@@ -64,6 +64,15 @@ class WorkerDirectory:
             self._workers[info.id] = info
         return info
 
+    def leasing(self, worker_id: int, token_id: int) -> WorkerInfo | None:
+        """The worker, if it runs under API token `token_id` and leased through this replica
+        lately (it passed the lease path's checks): known without the database."""
+        with self._lock:
+            info = self._workers.get(worker_id)
+            if info is None or info.token_id != token_id or worker_id not in self._seen:
+                return None
+        return info
+
     def seen(self, session: Session, worker_id: int) -> None:
         """Record that the worker called, if it has not been recorded lately."""
         with self._lock:

@@ -79,18 +79,21 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
     """Long-poll: returns a lease as soon as work of the worker's pool and kinds is queued,
     or 204 after `wait_s`. A worker that went away meanwhile (it stopped) is leased nothing.
 
-    It looks at the queue at once, whenever a pool notification wakes it, and when its timer
-    runs out only if a wake-up may have gone missing meanwhile (EmptyQueues): one that came
-    while it looked, before it waited, makes it look again at once."""
+    It looks at the queue at once (unless a worker that leased through this replica lately
+    asks for a queue known to be empty, EmptyQueues: it waits then), whenever a pool
+    notification wakes it, and when its timer runs out only if a wake-up may have gone missing
+    meanwhile: one that came while it looked, before it waited, makes it look again at once."""
     principal.require_worker()
     deadline = time.monotonic() + body.wait_s
     notifier = state.notifier
-    queue: QueueKey | None = None  # the worker's pool and what it can run, once looked up
-    woken = True
+    known = state.workers.leasing(body.worker_id, principal.token_id) if body.wait_s > 0 else None
+    queue = QueueKey.of(known) if known is not None else None  # the worker's pool and what it can run
+    woken, looked = queue is None, False
     while True:
         if woken or queue is None or not state.empty_queues.known_empty(queue, notifier.unanswered_pool_wakeups):
-            if queue is not None and await request.is_disconnected():
+            if looked and await request.is_disconnected():
                 return Response(status_code=204)
+            looked = True
             started = time.perf_counter()
             reply, worker = await state.db.run(lease_once, state, principal, body.worker_id, contract)
             state.metrics.lease_seconds.observe(time.perf_counter() - started)
