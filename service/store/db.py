@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, select, text, update
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -22,6 +23,7 @@ from service.store.models import Counter, Study
 T = TypeVar("T")
 MAX_OVERFLOW = 10  # Postgres connections a process opens beyond its pool under load
 STEP_THREADS = 2  # at most this many studies step at once in a replica (scheduling.loop)
+IDLE_PING_S = 10.0  # a pooled Postgres connection idle this long is pinged before use
 
 
 class Database:
@@ -185,7 +187,32 @@ def _make_engine(url: str, pool_size: int) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
     # steady connections for the request, job and finish threads; few made and dropped under load
-    return create_engine(url, pool_size=pool_size, max_overflow=MAX_OVERFLOW, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=MAX_OVERFLOW)
+    _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection before use only when it has been idle for IDLE_PING_S (the
+    server or a proxy may have dropped it meanwhile), not on every checkout: a ping is a
+    round trip per transaction. A connection used lately that died (the database restarted)
+    fails its first statement instead, and the engine then replaces every connection of
+    its pool."""
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "checkin")
+    def _returned(dbapi_connection: Any, record: Any) -> None:
+        record.info["returned_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _taken(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        returned = record.info.get("returned_at")
+        if returned is None or time.monotonic() - returned < IDLE_PING_S:
+            return
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as exc:  # the pool connects anew and tries again
+            raise DisconnectionError(str(exc)) from exc
 
 
 def is_postgres(session: Session) -> bool:
