@@ -80,7 +80,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
-    for module in (studies, trials, workers, artifacts, controls, accounts, ops):
+    # the worker protocol first: a request is matched against the routes in this order, and
+    # leases and results are most of the traffic
+    for module in (workers, studies, trials, artifacts, controls, accounts, ops):
         app.include_router(module.router)
     app.include_router(studies.compare_router)
     mount_dashboard(app, Path(__file__).parent / "web" / "static")

@@ -37,11 +37,13 @@ from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import (
+    ARRAY,
     JSON,
     ColumnElement,
     Row,
     String,
     Update,
+    any_,
     bindparam,
     func,
     null,
@@ -289,7 +291,7 @@ def _lease_statement(kind: WorkKind, postgres: bool, energy: bool, gpu: bool, by
     c = kind.table.c
     candidate = (
         select(c.id)
-        .where(c.pool == bindparam("w_pool"), c.state == QUEUED, c.backend.in_(bindparam("w_backends", expanding=True)))
+        .where(c.pool == bindparam("w_pool"), c.state == QUEUED, _one_of(c.backend, "w_backends", postgres))
         .limit(1)
     )
     if by == By.STUDY:
@@ -297,7 +299,7 @@ def _lease_statement(kind: WorkKind, postgres: bool, energy: bool, gpu: bool, by
     else:
         candidate = candidate.order_by(c.id)
     if by == By.POOL_BUT:
-        candidate = candidate.where(c.study_id.not_in(bindparam("w_held", expanding=True)))
+        candidate = candidate.where(~_one_of(c.study_id, "w_held", postgres))
     if not energy:
         candidate = candidate.where(c.requires_energy.is_(False))
     if not gpu:
@@ -315,6 +317,15 @@ def _lease_statement(kind: WorkKind, postgres: bool, energy: bool, gpu: bool, by
                 **_seq(kind, postgres, "v_seq"))
         .returning(c.lease_token, c.lease_expires_at, *kind.lease_columns())
     )
+
+
+def _one_of(column: ColumnElement[Any], name: str, postgres: bool) -> ColumnElement[bool]:
+    """`column` is one of the list parameter `name`: on Postgres one array parameter, so the
+    statement's text is the same whatever the list (an expanding IN is rendered anew on every
+    execution)."""
+    if postgres:
+        return column == any_(bindparam(name, type_=ARRAY(column.type)))
+    return column.in_(bindparam(name, expanding=True))
 
 
 def _live(kind: WorkKind) -> ColumnElement[bool]:
