@@ -175,12 +175,17 @@ class Notifier:
             self.unanswered_pool_wakeups += 1
 
     async def _batch(self) -> list[tuple[str, int | None]]:
-        """The channels waiting to be published: at least one, and every other one there."""
+        """The channels waiting to be published: at least one, and every other one there,
+        each once (with the sum of its counts; none where one of them wakes every waiter)."""
         assert self._outbox is not None
         messages = [await self._outbox.get()]
         while not self._outbox.empty():
             messages.append(self._outbox.get_nowait())
-        return messages
+        merged: dict[str, int | None] = {}
+        for channel, count in messages:
+            known = merged.get(channel, 0)
+            merged[channel] = None if known is None or count is None else known + count
+        return list(merged.items())
 
     async def _publish(self) -> None:
         while True:

@@ -71,3 +71,34 @@ def test_redis_takes_precedence_and_other_databases_have_no_postgres_channel() -
     assert Notifier("redis://127.0.0.1:6379/0", "postgresql://x/y").postgres_dsn is None
     assert postgres_dsn("sqlite:///tmp/p.db") is None
     assert postgres_dsn("postgresql+psycopg://u@h/db") == "postgresql://u@h/db"
+
+
+def test_wake_ups_sent_together_are_sent_once_each_with_their_counts_added(postgres_database: str) -> None:
+    """Two trials queued one at a time, published in one batch, wake two of another process's
+    waiters (Postgres delivers identical payloads of one transaction once: sent as they came,
+    the second would be lost), and the event channels of many changes go out once."""
+    async def scenario() -> dict[str, object]:
+        one = Notifier(None, postgres_dsn(postgres_database))
+        other = Notifier(None, postgres_dsn(postgres_database))
+        await one.start()
+        await other.start()
+        heard: list[str] = []
+        other.on("study:", heard.append)
+        await asyncio.sleep(0.5)  # both listening
+        waiters = [asyncio.create_task(other.wait("pool:gpu", 3)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        for _ in range(2):  # in one turn of the loop: one batch
+            one.notify_some("pool:gpu", 1)
+            one.notify("study:4", "study:4")
+        done, pending = await asyncio.wait(waiters, timeout=2)
+        await asyncio.sleep(0.3)
+        results = {"woken": sum(t.result() for t in done), "pending": len(pending), "heard": heard}
+        for task in pending:
+            task.cancel()
+        await one.stop()
+        await other.stop()
+        return results
+
+    results = run_async(scenario())
+    assert results["woken"] == 2 and results["pending"] == 1, results
+    assert results["heard"] == ["study:4"], results
