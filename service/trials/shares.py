@@ -14,6 +14,7 @@ replica and may be passed by the leases other replicas make within one refresh.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -65,6 +66,7 @@ def add_usage(session: Session, study: Study, trials: Iterable[Trial]) -> None:
             for hour, (seconds, count) in sorted(hours.items())])
 
 
+@functools.cache
 def _usage_upsert(postgres: bool) -> Insert:
     insert = postgresql.insert(PoolUsage) if postgres else sqlite.insert(PoolUsage)
     return insert.on_conflict_do_update(
