@@ -118,7 +118,7 @@ SIGMAS_PER_RANGE_OF_FIVE = 2.326  # expected (max - min) / sigma of five normal 
 GPU_OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]
 
 
-def load_gpu(kernel: str, files: list[Path], objectives: list[str] = GPU_OBJECTIVES) -> KernelSweep:
+def load_gpu(kernel: str, files: list[Path] | list[str], objectives: list[str] = GPU_OBJECTIVES) -> KernelSweep:
     """bench/gpu/sweep.py files of one built-in, one shape each (a file without `workload`
     swept the built-in's own), its space the built-in's. Their noise is that of the five
     repeats of the baseline in bench/results/gpu_<kernel>.json, as bench/gpu/replay_service.py

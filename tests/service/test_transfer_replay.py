@@ -34,10 +34,16 @@ def test_the_gemm_sweeps_load_as_three_shapes_and_a_partial_sweep_is_refused(tmp
         assert shape.best == recorded["best"]["values"]["runtime_ms"]
         assert shape.table[json.dumps(shape.baseline, sort_keys=True)] is not None
     partial = json.loads(GEMM_SWEEPS[1].read_text())
-    partial.update(evaluations=100, stopped="deadline")
+    rows = partial["rows"]
+    partial.update(evaluations=100, stopped="deadline", rows=rows[:100])
     (tmp_path / "partial.json").write_text(json.dumps(partial))
-    with pytest.raises(SystemExit, match="does not cover the space"):
+    with pytest.raises(SystemExit, match="does not cover the space: 100 of 270"):
         load_gpu("gemm_bf16", [tmp_path / "partial.json"])
+    # a shape swept in parts: its files joined by commas cover the space together
+    partial.update(evaluations=170, stopped=None, rows=rows[100:])
+    (tmp_path / "rest.json").write_text(json.dumps(partial))
+    [joined] = load_gpu("gemm_bf16", [f"{tmp_path / 'partial.json'},{tmp_path / 'rest.json'}"]).shapes
+    assert joined.table == sweep.shapes[1].table
 
 
 def test_the_hypervolume_ratio_is_optunas() -> None:
