@@ -86,6 +86,7 @@ def test_replicas_stay_ready_while_redis_is_killed_and_frozen(postgres_database:
     prober = Prober(replicas)
     stop = threading.Event()
     failures: list[str] = []
+    workers: list[threading.Thread] = []
     try:
         assert all(redis_up(r) == 1.0 for r in replicas)
         with a.client() as client:
@@ -121,6 +122,9 @@ def test_replicas_stay_ready_while_redis_is_killed_and_frozen(postgres_database:
     finally:
         stop.set()
         prober.stop_event.set()
+        for thread in (prober, *workers):  # done with the replicas before they stop
+            if thread.is_alive():
+                thread.join(timeout=30)
         for r in replicas:
             r.stop()
         redis.stop()
