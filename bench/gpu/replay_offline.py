@@ -41,6 +41,7 @@ from bench.gpu.replay_service import (  # noqa: E402
     load_sweep,
     noise_sigmas,
 )
+from bench.gpu.structure_experiment import StructureSampler, gemm_structure, generic_structure  # noqa: E402
 from bench.gpu.surrogate_experiment import SurrogateSampler  # noqa: E402
 from service.scheduling import samplers  # noqa: E402
 from service.studies.space import SearchSpace  # noqa: E402
@@ -50,14 +51,22 @@ MAX_REASKS = 20
 
 
 def one_study(kernel: str, sweep_path: Path, setting: dict[str, Any], seed: int, objectives: list[str],
-              trials: int = TRIALS, parallelism: int = 2) -> int | None:
+              trials: int = TRIALS, parallelism: int = 2, dims: dict[str, int] | None = None) -> int | None:
     builtin = next(k for k in all_builtins() if k.name == kernel)
+    dims = dims or builtin.workload[0]["dims"]
     space = SearchSpace(builtin.space)
     sweep = load_sweep(sweep_path)
     sigmas = noise_sigmas(kernel)
     if setting["name"] == "surrogate":  # the experiment of bench/gpu/surrogate_experiment.py
         sampler: optuna.samplers.BaseSampler = SurrogateSampler(seed=seed, **setting.get("options", {}))
         view = space.sampler_view(bool(setting.get("ordered_choices", False)))
+    elif setting["name"] == "structure":  # the experiment of bench/gpu/structure_experiment.py
+        options = dict(setting.get("options", {}))
+        model, sms = options.pop("model", "gemm"), options.pop("sms", 132)
+        view = space.sampler_view(False)
+        def describe(config: dict[str, Any]) -> tuple[list[float], float, bool]:
+            return gemm_structure(config, dims, sms) if model == "gemm" else generic_structure(config)
+        sampler = StructureSampler(describe, view.from_sampler, view.distributions, seed=seed, **options)
     else:
         name, options, ordered = samplers.resolve(setting["name"], dict(setting.get("options", {})), len(objectives))
         view = space.sampler_view(setting.get("ordered_choices", ordered))
@@ -125,6 +134,7 @@ def main() -> None:
     parser.add_argument("--kernel", default="gemm_bf16")
     parser.add_argument("--sweep", default=str(SWEEP))
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--dims", default="", help="the sweep's workload shape (JSON), if not the built-in's")
     parser.add_argument("--objectives", default=",".join(OBJECTIVES))
     parser.add_argument("--options", default="{}", help="JSON laid over each setting's options")
     parser.add_argument("--label", default="", help="a name for this run in --json")
@@ -139,7 +149,8 @@ def main() -> None:
         setting = SETTINGS.get(name) or {"name": name}
         setting = {**setting, "options": {**setting.get("options", {}), **extra}}
         started = time.monotonic()
-        reached = [one_study(args.kernel, Path(args.sweep), setting, seed, objectives) for seed in range(args.seeds)]
+        reached = [one_study(args.kernel, Path(args.sweep), setting, seed, objectives,
+                                dims=json.loads(args.dims) if args.dims else None) for seed in range(args.seeds)]
         hits = [r for r in reached if r is not None]
         over_all = statistics.median([r if r is not None else 10**6 for r in reached])
         if args.json:
