@@ -41,10 +41,10 @@ from bench.gpu.replay_service import (  # noqa: E402
     load_sweep,
     noise_sigmas,
 )
-from bench.gpu.structure_experiment import StructureSampler, gemm_structure, generic_structure  # noqa: E402
 from bench.gpu.surrogate_experiment import SurrogateSampler  # noqa: E402
-from service.scheduling import samplers  # noqa: E402
+from service.scheduling import lfbo, samplers  # noqa: E402
 from service.studies.space import SearchSpace  # noqa: E402
+from wire.contract import WorkloadShape  # noqa: E402
 from wire.kernels import all_builtins  # noqa: E402
 
 MAX_REASKS = 20
@@ -60,17 +60,15 @@ def one_study(kernel: str, sweep_path: Path, setting: dict[str, Any], seed: int,
     if setting["name"] == "surrogate":  # the experiment of bench/gpu/surrogate_experiment.py
         sampler: optuna.samplers.BaseSampler = SurrogateSampler(seed=seed, **setting.get("options", {}))
         view = space.sampler_view(bool(setting.get("ordered_choices", False)))
-    elif setting["name"] == "structure":  # the experiment of bench/gpu/structure_experiment.py
-        options = dict(setting.get("options", {}))
-        model, sms = options.pop("model", "gemm"), options.pop("sms", 132)
-        view = space.sampler_view(False)
-        def describe(config: dict[str, Any]) -> tuple[list[float], float, bool]:
-            return gemm_structure(config, dims, sms) if model == "gemm" else generic_structure(config)
-        sampler = StructureSampler(describe, view.from_sampler, view.distributions, seed=seed, **options)
     else:
-        name, options, ordered = samplers.resolve(setting["name"], dict(setting.get("options", {})), len(objectives))
+        structured = (space.is_discrete() and (space.grid_size() or 0) <= lfbo.MAX_POINTS
+                      and lfbo.has_structure(builtin.backend, kernel))
+        name, options, ordered = samplers.resolve(setting["name"], dict(setting.get("options", {})), len(objectives),
+                                                  structured)
         view = space.sampler_view(setting.get("ordered_choices", ordered))
-        sampler = samplers.build(name, seed, options)
+        described = lfbo.structured_space(view.distributions, view.from_sampler, builtin.backend, kernel,
+                                          [WorkloadShape(dims=dims)]) if name == "lfbo" else None
+        sampler = samplers.build(name, seed, options, described)
     study = optuna.create_study(directions=["minimize"] * len(objectives), sampler=sampler)
     study.enqueue_trial(view.to_sampler(dict(builtin.default_config)))
     rng = random.Random(seed * 7919 + 1)

@@ -99,6 +99,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     },
     # numeric choices shown to the sampler in order (sampler.ordered_choices), and `auto`
     "auto": {"name": "auto"},
+    "lfbo": {"name": "lfbo"},
     "tpe": {"name": "tpe"},
     "tpe_ord": {"name": "tpe", "ordered_choices": True},
     "nsga2_pop6": {"name": "nsga2", "options": {"population_size": 6}},

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from service.controls.catalog import ControlsCatalog
 from service.domain.results import constraint_value
 from service.domain.states import TRIAL_FINISHED, TrialState
-from service.scheduling import feasibility, samplers
+from service.scheduling import feasibility, lfbo, samplers
 from service.scheduling.asks import SpaceExhausted
 from service.scheduling.engine import EngineMirror
 from service.store.models import Study, Trial
@@ -74,9 +74,13 @@ class Mirror:
         self._worst: list[float] | None = None
         self.view = self.space.sampler_view(sampler.ordered_choices)
         self.distributions = self.view.distributions
+        structured = None
+        if sampler.name == "lfbo":
+            structured = lfbo.structured_space(self.distributions, self.view.from_sampler, doc.kernel.backend,
+                                               doc.kernel.builtin, doc.kernel.workload)
         self.optuna = optuna.create_study(
             directions=self.directions,
-            sampler=samplers.build(sampler.name, sampler.seed, dict(sampler.options)),
+            sampler=samplers.build(sampler.name, sampler.seed, dict(sampler.options), structured),
         )
         self.storage = self.optuna._storage
         self.front: Front | None = None  # the study's front, loaded on first use

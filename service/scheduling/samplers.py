@@ -22,6 +22,7 @@ from optuna.samplers._ga._base import BaseGASampler
 from optuna.trial import FrozenTrial, TrialState
 
 from service.scheduling import engine
+from service.scheduling.lfbo import LFBOSampler, StructuredSpace
 from service.studies.document import DocumentError
 
 
@@ -112,12 +113,13 @@ SAMPLER_CLASSES: dict[str, type[optuna.samplers.BaseSampler]] = {
     "gp": optuna.samplers.GPSampler,
     "random": optuna.samplers.RandomSampler,
     "grid": optuna.samplers.RandomSampler,
+    "lfbo": LFBOSampler,
 }
 RESERVED_OPTIONS = {"seed", "constraints_func", "search_space"}
 # options a document may set: those whose annotation is made of plain scalar types
 _SCALAR_ANNOTATION = re.compile(r"^(int|float|bool|str|None)( \| (int|float|bool|str|None))*$")
 # they rank infeasible trials by their violation alone, so failures can be told as infeasible
-CONSTRAINT_SAMPLERS = {"nsga2", "nsga3", "tpe"}
+CONSTRAINT_SAMPLERS = {"nsga2", "nsga3", "tpe", "lfbo"}
 # Ranges Optuna checks only when it samples (n_ei_candidates: 0 fails, 2**40 allocates
 # terabytes), inside the scheduling step, where a bad value would fail every step of the study
 OPTION_RANGES: dict[str, tuple[float, float]] = {
@@ -134,23 +136,27 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bo
 
 # What `auto` becomes: (sampler, options, whether numeric choices are shown in order when
 # the document does not say: sampler.ordered_choices). Chosen by replaying recorded GPU
-# sweeps through the service, bench/results/gpu_gemm_replay_auto.md; options a document
-# gives with `auto` are laid over these.
+# sweeps through the service, bench/results/gpu_gemm_replay_auto.md and
+# gpu_gemm_cold_search.md; options a document gives with `auto` are laid over these.
+AUTO_STRUCTURED: tuple[str, dict[str, Any], bool] = ("lfbo", {}, False)  # any number of objectives
 AUTO_MULTI_OBJECTIVE: tuple[str, dict[str, Any], bool] = ("nsga2", {"population_size": 6}, True)
 AUTO_SINGLE_OBJECTIVE: tuple[str, dict[str, Any], bool] = ("tpe", {}, False)
 
 
-def resolve(name: str, options: dict[str, Any], n_objectives: int) -> tuple[str, dict[str, Any], bool]:
+def resolve(name: str, options: dict[str, Any], n_objectives: int,
+            structured: bool = False) -> tuple[str, dict[str, Any], bool]:
     """The sampler, options and ordered-choices default a study runs with: `auto` made
-    concrete; a named sampler sees categorical choices unordered unless the document asks."""
+    concrete (`lfbo` where the kernel has a structure model and the space is finite and small
+    enough, `structured`); a named sampler sees categorical choices unordered unless the
+    document asks."""
     if name != "auto":
         return name, dict(options), False
-    chosen, defaults, ordered = AUTO_MULTI_OBJECTIVE if n_objectives > 1 else AUTO_SINGLE_OBJECTIVE
+    if structured:
+        chosen, defaults, ordered = AUTO_STRUCTURED
+    else:
+        chosen, defaults, ordered = AUTO_MULTI_OBJECTIVE if n_objectives > 1 else AUTO_SINGLE_OBJECTIVE
     return chosen, {**defaults, **options}, ordered
 
-
-def resolve_name(name: str, n_objectives: int) -> str:
-    return resolve(name, {}, n_objectives)[0]
 
 
 # Options Optuna takes as objects, named in a document by a string (the genetic samplers).
@@ -195,7 +201,12 @@ def _range_problem(key: str, value: Any, n_objectives: int) -> str | None:
     return None
 
 
-def build(name: str, seed: int | None, options: dict[str, Any]) -> optuna.samplers.BaseSampler:
+def build(name: str, seed: int | None, options: dict[str, Any],
+          space: StructuredSpace | None = None) -> optuna.samplers.BaseSampler:
+    """The sampler; `lfbo` scores the configurations of `space` (without one it samples at
+    random: enough to check a document's options)."""
+    if name == "lfbo":
+        return LFBOSampler(seed=seed, space=space, **options)
     objects = {k: NAMED_OBJECT_OPTIONS[k][v]() for k, v in options.items()
                if name in _GENETIC and k in NAMED_OBJECT_OPTIONS and isinstance(v, str)}
     return SAMPLER_CLASSES[name](seed=seed, **{**options, **objects})  # type: ignore[call-arg]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from service.errors import Invalid, field_errors, invalid
-from service.scheduling import samplers, screening
+from service.scheduling import lfbo, samplers, screening
 from service.studies import document as sd
 from service.studies.space import SearchSpace
 from wire import per_token
@@ -128,7 +128,12 @@ def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
     kernel, space, builtin_default = _kernel(doc)
     _per_token(objectives, kernel)
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
-    sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives))
+    enumerable = space.is_discrete() and (space.grid_size() or 0) <= lfbo.MAX_POINTS
+    structured = enumerable and lfbo.has_structure(kernel.backend, kernel.builtin)
+    sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives), structured)
+    if sampler == "lfbo" and not enumerable:
+        raise sd.DocumentError("sampler.name", f"lfbo scores every configuration of a finite space of at most "
+                               f"{lfbo.MAX_POINTS:,} without floats; this one is not: use auto, nsga2 or tpe")
     _controls(space, sampler, kernel.backend)
     if sampler == "compileiq" and doc.measure.screen is not None:
         raise sd.DocumentError("measure.screen", "CompileIQ's engine is told each candidate's full measurement: "

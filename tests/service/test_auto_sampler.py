@@ -54,6 +54,11 @@ def test_auto_becomes_the_documented_sampler(api: Api) -> None:
     assert stored_sampler(api, multi["id"]) == documented_auto("two or more objectives")
     single = api.create_study(space=SPACE, objectives=["f1"], sampler={"name": "auto", "seed": 1})
     assert stored_sampler(api, single["id"]) == documented_auto("one objective")
+    for objectives in (["runtime_ms"], ["runtime_ms", "energy_mj"]):  # a built-in with a structure model
+        doc = {"name": "gemm", "kernel": {"backend": "triton", "builtin": "gemm_bf16"}, "objectives": objectives}
+        r = api.client.post("/v1/studies", json=doc, headers=api.admin)
+        assert r.status_code == 201, r.text
+        assert stored_sampler(api, r.json()["id"]) == documented_auto("a structure model")
     # options given with auto are laid over its own; ordered_choices can be turned off
     tuned = api.create_study(space=SPACE, sampler={"name": "auto", "options": {"population_size": 12},
                                                    "ordered_choices": False})

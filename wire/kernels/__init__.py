@@ -27,6 +27,7 @@ from wire.space import (
 if TYPE_CHECKING:
     from wire.contract import DeviceLimits
     from wire.kernels.resources import ResourceModel, Violation
+    from wire.kernels.structure import StructureModel
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class BuiltinKernel:
     shape_rules: dict[str, str] = field(default_factory=dict)
     # what one thread block of a configuration uses on a GPU (wire.kernels.resources)
     resources: ResourceModel | None = None
+    # features of a configuration's structure and a prior over them (wire.kernels.structure)
+    structure: StructureModel | None = None
 
     def __post_init__(self) -> None:
         check_names(self.space)

@@ -4,7 +4,7 @@ backends import the kernels' harnesses when they run them."""
 
 from __future__ import annotations
 
-from wire.kernels import BuiltinKernel, register, resources
+from wire.kernels import BuiltinKernel, register, resources, structure
 from wire.space import BoolParam, CategoricalParam, Parameter
 
 GEMM_SPACE: list[Parameter] = [
@@ -37,6 +37,7 @@ register(
         ),
         options={"constants": {"GROUP_M": 8}},
         resources=resources.gemm_bf16,
+        structure=structure.gemm_bf16,
     )
 )
 

@@ -1,0 +1,216 @@
+"""`lfbo`: a classifier-filtered search over a kernel's structure (likelihood-free Bayesian
+optimisation, as in Helion's LFBO), for finite spaces.
+
+Every configuration of the space is described once, when the study's sampler is made: by the
+built-in kernel's structure model (wire.kernels.structure) for the study's workload shapes,
+their weighted mean, where it has one, else by the log2 of each numeric value; beside that, a
+one-hot of each parameter's level. At each ask the sampler scores every configuration the
+study does not have by
+
+    logit P(among the best | x) = prior_scale * prior(x) + w . features(x) + b
+
+where w, b are a logistic regression, the prior a fixed offset, fitted on a bootstrap resample
+of the measured trials (Thompson-style exploration); the label is 1 for the best `gamma` of
+them by Pareto rank (ties by their mean rank per objective), plus the log of the probability
+that it is feasible, from a second logistic regression on the trials that failed or violate a
+constraint against those that did not. It asks the highest. Before two trials are measured
+the prior alone orders the configurations, ties at random.
+
+Chosen by replaying recorded GPU sweeps (bench/results/gpu_gemm_cold_search.md): on the GEMM
+the structure model's prior does most of the work, the classifier the rest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.study import Study, StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from service.domain.pareto import non_dominated_mask
+from wire.contract import WorkloadShape
+from wire.kernels import get_builtin
+from wire.kernels.structure import Structure, StructureModel
+
+FloatArray = NDArray[np.float64]
+MAX_POINTS = 20_000  # configurations a space may have for `lfbo` (each is scored at every ask)
+CONSTRAINT_PREFIX = "constraints:"
+
+
+class StructuredSpace:
+    """Every configuration of a finite space (the sampler's parameters), its standardised
+    features and its prior, the best at 0."""
+
+    def __init__(self, distributions: dict[str, BaseDistribution], describe: Callable[[dict[str, Any]], Structure]
+                 ) -> None:
+        self.distributions = distributions
+        names = sorted(distributions)
+        axes = [_axis(distributions[n]) for n in names]
+        self.points = [dict(zip(names, values, strict=True)) for values in itertools.product(*axes)]
+        self.index = {_key(p): i for i, p in enumerate(self.points)}
+        described = [describe(p) for p in self.points]
+        levels = [[float(p[n] == v) for n, axis in zip(names, axes, strict=True) for v in axis] for p in self.points]
+        x = np.hstack([np.array([d.features for d in described], dtype=float), np.array(levels)])
+        self.features: FloatArray = (x - x.mean(axis=0)) / (x.std(axis=0) + 1e-9)
+        prior = np.array([d.prior for d in described], dtype=float)
+        self.prior: FloatArray = prior - prior.max()
+
+
+def structured_space(distributions: dict[str, BaseDistribution], to_config: Callable[[dict[str, Any]], dict[str, Any]],
+                     backend: str, builtin: str | None, workload: list[WorkloadShape]) -> StructuredSpace:
+    """The space described by the built-in's structure model over the workload, where it has
+    one and it reads every shape; else by the configurations' own numbers."""
+    kernel = get_builtin(backend, builtin) if builtin else None
+    model = kernel.structure if kernel is not None else None
+    if model is not None and workload:
+        defaults = kernel.default_config if kernel is not None else {}
+        try:
+            return StructuredSpace(distributions, lambda p: _over_shapes(model, {**defaults, **to_config(p)}, workload))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a shape or value the model cannot read
+            pass
+    return StructuredSpace(distributions, lambda p: _numbers(to_config(p)))
+
+
+def has_structure(backend: str, builtin: str | None) -> bool:
+    kernel = get_builtin(backend, builtin) if builtin else None
+    return kernel is not None and kernel.structure is not None
+
+
+def _over_shapes(model: StructureModel, config: dict[str, Any], workload: list[WorkloadShape]) -> Structure:
+    total = sum(shape.weight for shape in workload)
+    each = [(model(config, shape.dims), shape.weight / total) for shape in workload]
+    features = [sum(s.features[i] * w for s, w in each) for i in range(len(each[0][0].features))]
+    return Structure(features, sum(s.prior * w for s, w in each))
+
+
+def _numbers(config: dict[str, Any]) -> Structure:
+    """log2 of each positive number, the number itself otherwise (bools as 0/1); strings
+    count only through the one-hot of their level."""
+    values = [config[k] for k in sorted(config)]
+    return Structure([_log2(v) for v in values if isinstance(v, int | float)], 0.0)
+
+
+def _log2(value: float) -> float:
+    return math.log2(value) if not isinstance(value, bool) and value > 0 else float(value)
+
+
+class LFBOSampler(BaseSampler):
+    """Options: `gamma` the share of the measured trials labelled among the best,
+    `prior_scale` the weight of the structure model's prior (log2 units of estimated
+    throughput to logits), `l2` the logistic regression's penalty. Without a space (a
+    document being checked) it samples at random."""
+
+    def __init__(self, *, seed: int | None = None, gamma: float = 0.25, prior_scale: float = 2.0, l2: float = 1.0,
+                 space: StructuredSpace | None = None) -> None:
+        if not 0 < gamma < 1:
+            raise ValueError(f"gamma must be between 0 and 1 (exclusive), not {gamma}")
+        if not 0 <= prior_scale <= 100:
+            raise ValueError(f"prior_scale must be between 0 and 100, not {prior_scale}")
+        if not 1e-6 <= l2 <= 1e6:
+            raise ValueError(f"l2 must be between 1e-6 and 1e6, not {l2}")
+        self._seed = seed if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
+        self._gamma = gamma
+        self._prior_scale = prior_scale
+        self._l2 = l2
+        self._space = space
+        self._random = RandomSampler(seed=seed)
+
+    def reseed_rng(self) -> None:
+        self._random.reseed_rng()
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return dict(self._space.distributions) if self._space is not None else {}
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        space = self._space
+        if space is None or not search_space:
+            return {}
+        rng = np.random.default_rng([self._seed, trial.number])
+        trials = [t for t in study._get_trials(deepcopy=False, use_cache=True)
+                  if t.number != trial.number and _key(t.params) in space.index]
+        logit = self._prior_scale * space.prior + rng.normal(0.0, 1e-3, len(space.points))  # ties at random
+        complete = [t for t in trials if t.state == TrialState.COMPLETE]
+        measured = [t for t in complete if _feasible(t)]
+        if len(measured) >= 2:
+            rows = np.array([space.index[_key(t.params)] for t in measured])
+            labels = best_share([_minimised(t.values, study.directions) for t in measured], self._gamma)
+            take = rng.integers(len(rows), size=len(rows))
+            weights = logistic(space.features[rows[take]], labels[take], logit[rows[take]], self._l2)
+            logit = logit + space.features @ weights[:-1] + weights[-1]
+        if measured and len(measured) < len(complete):  # some failed or violate a constraint: how likely each does
+            rows = np.array([space.index[_key(t.params)] for t in complete])
+            weights = logistic(space.features[rows], np.array([float(_feasible(t)) for t in complete]),
+                               np.zeros(len(rows)), self._l2)
+            logit = logit - np.logaddexp(0.0, -(space.features @ weights[:-1] + weights[-1]))  # + log P(feasible)
+        for t in trials:
+            if t.state != TrialState.WAITING:  # asked, running or finished: never again
+                logit[space.index[_key(t.params)]] = -np.inf
+        if np.isneginf(logit).all():
+            return {}  # every configuration asked: the study's mirror says the space is exhausted
+        return dict(space.points[int(np.argmax(logit))])
+
+
+def best_share(values: list[list[float]], gamma: float) -> FloatArray:
+    """1 for the best ceil(gamma * n) of n points (minimised) by Pareto rank, ties by their
+    mean rank per objective; 0 for the rest."""
+    y = np.array(values, dtype=float)
+    rank = np.zeros(len(y))
+    left = np.arange(len(y))
+    level = 0
+    while len(left):
+        front = non_dominated_mask(y[left])
+        rank[left[front]] = level
+        left = left[~front]
+        level += 1
+    mean_rank = np.argsort(np.argsort(y, axis=0, kind="stable"), axis=0).mean(axis=1)
+    labels = np.zeros(len(y))
+    labels[np.lexsort((mean_rank, rank))[: max(1, math.ceil(gamma * len(y)))]] = 1.0
+    return labels
+
+
+def logistic(x: FloatArray, y: FloatArray, offset: FloatArray, l2: float, steps: int = 25) -> FloatArray:
+    """Weights of an L2-penalised logistic regression with a fixed offset, by Newton's
+    method; the intercept (not penalised) last."""
+    a = np.hstack([x, np.ones((len(x), 1))])
+    w = np.zeros(a.shape[1])
+    penalty = np.full(a.shape[1], l2)
+    penalty[-1] = 1e-6
+    for _ in range(steps):
+        p = 0.5 * (1.0 + np.tanh(0.5 * (a @ w + offset)))
+        step = np.linalg.solve((a.T * (p * (1 - p))) @ a + np.diag(penalty), a.T @ (p - y) + penalty * w)
+        w -= step
+        if np.abs(step).max() < 1e-6:
+            break
+    return w
+
+
+def _axis(dist: BaseDistribution) -> list[Any]:
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    if isinstance(dist, IntDistribution):
+        return list(range(dist.low, dist.high + 1, dist.step))
+    raise ValueError(f"lfbo needs a finite space without floats, not {dist}")
+
+
+def _key(params: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted(params.items()))
+
+
+def _feasible(trial: FrozenTrial) -> bool:
+    return all(v <= 0.0 for k, v in trial.system_attrs.items() if k.startswith(CONSTRAINT_PREFIX))
+
+
+def _minimised(values: list[float], directions: list[StudyDirection]) -> list[float]:
+    return [v if d == StudyDirection.MINIMIZE else -v for v, d in zip(values, directions, strict=True)]
