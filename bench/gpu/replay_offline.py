@@ -10,7 +10,7 @@ replay's: values times 1 + N(0, sigma), sigma from the kernel's recorded repeats
 the first counted trial after which the best observed runtime is a configuration within 2% of
 the sweep's best.
 
-    python bench/gpu/replay_offline.py --settings surrogate,auto --seeds 20 [--kernel K --sweep S]
+    python bench/gpu/replay_offline.py --settings surrogate,auto --seeds 20 [--kernel K --sweep S --dims SHAPE]
 """
 
 from __future__ import annotations
