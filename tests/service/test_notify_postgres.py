@@ -5,6 +5,8 @@ notifications twice, handlers see their channels, and stopping leaves no connect
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -23,38 +25,48 @@ def connections(url: str) -> int:
         return int(row[0])
 
 
-def test_notifications_reach_other_processes_through_postgres(postgres_database: str) -> None:
-    async def scenario() -> dict[str, object]:
-        one = Notifier(None, postgres_dsn(postgres_database))
-        other = Notifier(None, postgres_dsn(postgres_database))
-        await one.start()
-        await other.start()
-        seen: dict[str, list[str]] = {"one": [], "other": []}
-        one.on("step:", seen["one"].append)
-        other.on("step:", seen["other"].append)
+@contextlib.asynccontextmanager
+async def two_processes(database: str, listen: str) -> AsyncIterator[tuple[Notifier, Notifier, list[str], list[str]]]:
+    """Two processes' notifiers on one database, each hearing the channels under `listen`,
+    listening when this yields and stopped after."""
+    one = Notifier(None, postgres_dsn(database))
+    other = Notifier(None, postgres_dsn(database))
+    await one.start()
+    await other.start()
+    heard: tuple[list[str], list[str]] = ([], [])
+    one.on(listen, heard[0].append)
+    other.on(listen, heard[1].append)
+    try:
         await asyncio.sleep(0.5)  # both listening
-        loop = asyncio.get_running_loop()
-        woken_at: list[float] = []
-
-        async def waiter() -> None:
-            if await other.wait("pool:gpu", 5):
-                woken_at.append(loop.time())
-
-        waiters = [asyncio.create_task(waiter()) for _ in range(3)]
-        await asyncio.sleep(0.05)
-        started = loop.time()
-        one.notify_some("pool:gpu", 2)  # two trials queued: two of the other process's waiters
-        done, pending = await asyncio.wait(waiters, timeout=2)
-        woken_s = max(woken_at) - started
-        one.notify("step:7", "step:9")
-        await asyncio.sleep(0.5)
-        results = {"woken": len(done), "pending": len(pending), "woken_s": woken_s,
-                   "unanswered": other.unanswered_pool_wakeups, "seen": seen, "open": connections(postgres_database)}
-        for task in pending:
-            task.cancel()
+        yield one, other, *heard
+    finally:
         await one.stop()
         await other.stop()
-        return results
+
+
+def test_notifications_reach_other_processes_through_postgres(postgres_database: str) -> None:
+    async def scenario() -> dict[str, object]:
+        async with two_processes(postgres_database, "step:") as (one, other, one_heard, other_heard):
+            loop = asyncio.get_running_loop()
+            woken_at: list[float] = []
+
+            async def waiter() -> None:
+                if await other.wait("pool:gpu", 5):
+                    woken_at.append(loop.time())
+
+            waiters = [asyncio.create_task(waiter()) for _ in range(3)]
+            await asyncio.sleep(0.05)
+            started = loop.time()
+            one.notify_some("pool:gpu", 2)  # two trials queued: two of the other process's waiters
+            done, pending = await asyncio.wait(waiters, timeout=2)
+            woken_s = max(woken_at) - started
+            one.notify("step:7", "step:9")
+            await asyncio.sleep(0.5)
+            for task in pending:
+                task.cancel()
+            return {"woken": len(done), "pending": len(pending), "woken_s": woken_s,
+                    "unanswered": other.unanswered_pool_wakeups, "seen": {"one": one_heard, "other": other_heard},
+                    "open": connections(postgres_database)}
 
     results = run_async(scenario())
     assert results["woken"] == 2 and results["pending"] == 1, results
@@ -78,26 +90,17 @@ def test_wake_ups_sent_together_are_sent_once_each_with_their_counts_added(postg
     waiters (Postgres delivers identical payloads of one transaction once: sent as they came,
     the second would be lost), and the event channels of many changes go out once."""
     async def scenario() -> dict[str, object]:
-        one = Notifier(None, postgres_dsn(postgres_database))
-        other = Notifier(None, postgres_dsn(postgres_database))
-        await one.start()
-        await other.start()
-        heard: list[str] = []
-        other.on("study:", heard.append)
-        await asyncio.sleep(0.5)  # both listening
-        waiters = [asyncio.create_task(other.wait("pool:gpu", 3)) for _ in range(3)]
-        await asyncio.sleep(0.05)
-        for _ in range(2):  # in one turn of the loop: one batch
-            one.notify_some("pool:gpu", 1)
-            one.notify("study:4", "study:4")
-        done, pending = await asyncio.wait(waiters, timeout=2)
-        await asyncio.sleep(0.3)
-        results = {"woken": sum(t.result() for t in done), "pending": len(pending), "heard": heard}
-        for task in pending:
-            task.cancel()
-        await one.stop()
-        await other.stop()
-        return results
+        async with two_processes(postgres_database, "study:") as (one, other, _, heard):
+            waiters = [asyncio.create_task(other.wait("pool:gpu", 3)) for _ in range(3)]
+            await asyncio.sleep(0.05)
+            for _ in range(2):  # in one turn of the loop: one batch
+                one.notify_some("pool:gpu", 1)
+                one.notify("study:4", "study:4")
+            done, pending = await asyncio.wait(waiters, timeout=2)
+            await asyncio.sleep(0.3)
+            for task in pending:
+                task.cancel()
+            return {"woken": sum(t.result() for t in done), "pending": len(pending), "heard": heard}
 
     results = run_async(scenario())
     assert results["woken"] == 2 and results["pending"] == 1, results
