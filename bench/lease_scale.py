@@ -5,7 +5,8 @@ queued trials and the studies of a pool grow.
 
 For each shape STUDIESxPARALLELISM, on a fresh Postgres database: that many studies of four
 teams, each keeping `parallelism` trials in flight (so studies x parallelism are queued),
-then one worker leases and reports `--cycles` trials in a row, each result asking for the next
+then one worker leases and reports `--cycles` trials in a row (`queued`: the trials queued when
+it starts, studies x parallelism or what the studies queued once none queues more), each result asking for the next
 lease (the agent's way). Reported: the median and p99 of that request (report + lease), and
 the server's CPU per trial. Flat: p99 at the largest queue within noise of the smallest.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -42,18 +44,21 @@ def run(studies: int, parallelism: int, cycles: int) -> dict[str, Any]:
         for i in range(studies):
             doc = study_document(f"s{i}", 100_000, parallelism, seed=i)
             clients[TEAMS[i % len(TEAMS)]].post("/v1/studies", json=doc).raise_for_status()
-        target = studies * parallelism
-        deadline = time.monotonic() + 300
-        with service.client() as c:
-            while time.monotonic() < deadline:
-                in_flight = sum(s["progress"]["in_flight"] for s in c.get("/v1/studies", params={"limit": 500})
-                                .json()["items"])
-                if in_flight >= target:
-                    break
-                time.sleep(0.5)
+        # the worker registers first: studies queue their trials once a worker can run them
         worker = service.client(service.make_worker_token())
         worker_id = worker.post("/v1/workers/register", json={
             "name": "bench", "pool": "default", "fingerprint": {"backends": ["python"]}}).json()["worker_id"]
+        target = studies * parallelism
+        deadline = time.monotonic() + 300
+        queued, steady = 0, 0
+        engine = create_engine(db_url)  # until every study queued its parallelism, or none queues more for 5 s
+        while time.monotonic() < deadline and queued < target and steady < 10:
+            time.sleep(0.5)
+            with engine.connect() as connection:
+                now = int(connection.execute(text("SELECT count(*) FROM trials WHERE state = 'queued'")).scalar_one())
+            steady = steady + 1 if now == queued else 0
+            queued = now
+        engine.dispose()
         held = worker.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 5}).json()
         cpu_before = server_cpu_seconds(service.process.pid)
         latencies = []
@@ -73,7 +78,7 @@ def run(studies: int, parallelism: int, cycles: int) -> dict[str, Any]:
     finally:
         service.stop()
         drop_postgres_database(db_url)
-    return {"studies": studies, "parallelism": parallelism, "queued": target, "cycles": cycles,
+    return {"studies": studies, "parallelism": parallelism, "queued": queued, "cycles": cycles,
             "p50_ms": round(float(np.percentile(latencies, 50)), 2),
             "p99_ms": round(float(np.percentile(latencies, 99)), 2),
             "server_cpu_ms_per_trial": round(1000 * cpu / cycles, 2)}
