@@ -28,7 +28,7 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
-from fleet import machine, server_cpu_seconds, study_document  # noqa: E402
+from fleet import _stop_on_sigterm, machine, server_cpu_seconds, study_document  # noqa: E402
 from fleet_clients import objective  # noqa: E402
 from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
 
@@ -85,6 +85,7 @@ def run(studies: int, parallelism: int, cycles: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    _stop_on_sigterm()  # a timeout or kill stops the service it started
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=400)
     parser.add_argument("--shapes", default="1x100,1x1000,10x100,100x100,400x25")
