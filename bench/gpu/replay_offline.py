@@ -61,10 +61,8 @@ def one_study(kernel: str, sweep_path: Path, setting: dict[str, Any], seed: int,
         sampler: optuna.samplers.BaseSampler = SurrogateSampler(seed=seed, **setting.get("options", {}))
         view = space.sampler_view(bool(setting.get("ordered_choices", False)))
     else:
-        structured = (space.is_discrete() and (space.grid_size() or 0) <= lfbo.MAX_POINTS
-                      and lfbo.has_structure(builtin.backend, kernel))
         name, options, ordered = samplers.resolve(setting["name"], dict(setting.get("options", {})), len(objectives),
-                                                  structured)
+                                                  lfbo.structured(space, builtin.backend, kernel))
         view = space.sampler_view(setting.get("ordered_choices", ordered))
         described = lfbo.structured_space(view.distributions, view.from_sampler, builtin.backend, kernel,
                                           [WorkloadShape(dims=dims)]) if name == "lfbo" else None

@@ -35,6 +35,7 @@ from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from service.domain.pareto import non_dominated_mask
+from service.studies.space import SearchSpace
 from wire.contract import WorkloadShape
 from wire.kernels import get_builtin
 from wire.kernels.structure import Structure, StructureModel
@@ -76,6 +77,17 @@ def structured_space(distributions: dict[str, BaseDistribution], to_config: Call
         except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a shape or value the model cannot read
             pass
     return StructuredSpace(distributions, lambda p: _numbers(to_config(p)))
+
+
+def enumerable(space: SearchSpace) -> bool:
+    """Whether `lfbo` can score every configuration of the space: finite, without floats, at
+    most MAX_POINTS."""
+    return space.is_discrete() and (space.grid_size() or 0) <= MAX_POINTS
+
+
+def structured(space: SearchSpace, backend: str, builtin: str | None) -> bool:
+    """Whether `auto` is `lfbo` here: a built-in with a structure model over a space it lists."""
+    return enumerable(space) and has_structure(backend, builtin)
 
 
 def has_structure(backend: str, builtin: str | None) -> bool:

@@ -86,11 +86,7 @@ def plan(campaign: CampaignDocument, traffic: TrafficMix) -> list[PlannedStudy]:
     planned = []
     for name, wanted in campaign.kernels.items():
         kernel = layer[name]
-        try:
-            shapes, dim = traffic.shapes_for(kernel.kind)
-        except ValueError as exc:
-            raise PresetError(f"{name}: {exc}") from None
-        workload = kernel.workload(shapes, dim)
+        workload = kernel.under(traffic)
         share = traffic.prompt_token_share if kernel.kind == "attention" else 1.0
         document = _merged(campaign.defaults, wanted.study)
         document.setdefault("kernel", {}).setdefault("options", {})["token_dim"] = kernel.token_dim

@@ -156,11 +156,7 @@ def _kernel(kernel: LayerKernel, mix: TrafficMix | None) -> dict[str, Any]:
     if kernel.vllm:
         body["vllm"] = kernel.vllm
     if mix is not None:
-        try:
-            shapes, dim = mix.shapes_for(kernel.kind)
-        except ValueError as exc:
-            raise PresetError(f"{kernel.name}: {exc}") from None
-        body["workload"] = [s.model_dump() for s in kernel.workload(shapes, dim)]
+        body["workload"] = [s.model_dump() for s in kernel.under(mix)]
     return body
 
 

@@ -126,6 +126,7 @@ def sha256_of(path: Path) -> str:
 
 
 def _share(part: int, whole: int) -> float:
+    """part / whole, 0 for nothing at all."""
     return part / whole if whole else 0.0
 
 
@@ -133,16 +134,16 @@ def traffic_mix(simulation: Simulation, trace: TraceInfo, serving: Serving, buck
                 dim: str = "m", seq_buckets: Sequence[int] = SEQ_BUCKETS) -> TrafficMix:
     tokens = histogram(simulation.tokens, buckets)
     total = sum(b.steps for b in tokens)
+    all_tokens = sum(m * n for m, n in simulation.tokens.items())
     prompts = [RequestBin(bucket=b, requests=n) for b, n in _binned(simulation.prompts, seq_buckets).items()]
     requests = sum(b.requests for b in prompts)
     return TrafficMix(
         trace=trace, serving=serving, steps=simulation.steps, duration_s=simulation.duration_ns / 1e9,
-        tokens_per_step=sum(m * n for m, n in simulation.tokens.items()) / total if total else 0.0,
+        tokens_per_step=_share(all_tokens, total),
         peak_waiting=simulation.peak_waiting, dim=dim, buckets=list(buckets),
         workload=[WorkloadShape(dims={dim: b.bucket}, weight=b.steps / total) for b in tokens],
         decode_batch=histogram(simulation.decode, buckets), prefill_tokens=histogram(simulation.prefill, buckets),
         tokens=tokens, seq_buckets=list(seq_buckets), prompts=prompts,
-        prompt_token_share=_share(sum(n * c for n, c in simulation.prompts.items()),
-                                  sum(m * c for m, c in simulation.tokens.items())),
+        prompt_token_share=_share(sum(n * c for n, c in simulation.prompts.items()), all_tokens),
         attention=[WorkloadShape(dims={SEQ_DIM: b.bucket}, weight=b.requests / requests) for b in prompts],
     )

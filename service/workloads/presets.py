@@ -27,11 +27,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from wire.contract import WorkloadShape
+
+if TYPE_CHECKING:
+    from service.workloads.mix import TrafficMix
 
 Kind = Literal["gemm", "attention", "rmsnorm", "fused_moe"]
 
@@ -104,6 +107,15 @@ class LayerKernel:
         lengths): the mix's `dim` in token_dim, the layer's dims beside it, the mix's weights."""
         return [WorkloadShape(dims={self.token_dim: shape.dims[dim], **self.dims}, weight=shape.weight)
                 for shape in mix]
+
+    def under(self, traffic: TrafficMix) -> list[WorkloadShape]:
+        """This kernel's shapes under a `workload import` result: the steps' tokens, or for
+        attention the requests' prompts; a PresetError naming the kernel where it lacks them."""
+        try:
+            shapes, dim = traffic.shapes_for(self.kind)
+        except ValueError as exc:
+            raise PresetError(f"{self.name}: {exc}") from None
+        return self.workload(shapes, dim)
 
 
 def _split(value: int, tp: int, what: str) -> int:
