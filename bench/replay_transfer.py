@@ -145,9 +145,26 @@ def load_gpu(kernel: str, files: list[Path] | list[str], objectives: list[str] =
 
 
 class Service:
-    """The control plane in this process, one scripted worker, and a team per history."""
+    """The control plane in this process (or, given `client`, one reached through it), one
+    scripted worker of `pool` that answers from the sweep, and a team per history."""
 
-    def __init__(self, sweep: KernelSweep) -> None:
+    def __init__(self, sweep: KernelSweep, client: Any = None, admin: dict[str, str] | None = None,
+                 pool: str = "replay", fingerprint: dict[str, Any] | None = None) -> None:
+        self.sweep = sweep
+        self.pool = pool
+        self.stack = ExitStack()
+        if client is None:
+            client, admin = self._in_process()
+        assert admin is not None, "a client comes with the admin's headers"
+        self.client, self.admin = client, admin
+        token = self._post("/v1/tokens", {"name": f"recorded-{pool}", "kind": "worker", "pool": pool},
+                           self.admin)["token"]
+        self.worker_headers = {"Authorization": f"Bearer {token}"}
+        fingerprint = fingerprint or {"backends": [sweep.backend], "gpu_name": "replay", "gpu_count": 1, "energy": True}
+        registration = {"name": f"recorded-{pool}", "pool": pool, "fingerprint": fingerprint}
+        self.worker_id = self._post("/v1/workers/register", registration, self.worker_headers)["worker_id"]
+
+    def _in_process(self) -> tuple[Any, dict[str, str]]:
         from fastapi.testclient import TestClient
 
         from service.accounts import tokens as auth
@@ -156,8 +173,6 @@ class Service:
         from service.store.db import Database
         from service.store.migrate import upgrade
 
-        self.sweep = sweep
-        self.stack = ExitStack()
         work = Path(self.stack.enter_context(tempfile.TemporaryDirectory(prefix="paretune-transfer-")))
         url = f"sqlite:///{work / 'replay.db'}"
         db = Database(url)
@@ -165,14 +180,9 @@ class Service:
         with db.write() as session:
             admin = auth.bootstrap_admin(session)
         db.dispose()
-        self.client = self.stack.enter_context(TestClient(create_app(Settings(database_url=url, data_dir=work,
-                                                                             lease_s=600.0))))
-        self.admin = {"Authorization": f"Bearer {admin}"}
-        token = self._post("/v1/tokens", {"name": "w", "kind": "worker", "pool": "replay"}, self.admin)["token"]
-        self.worker_headers = {"Authorization": f"Bearer {token}"}
-        fingerprint = {"backends": [sweep.backend], "gpu_name": "replay", "gpu_count": 1, "energy": True}
-        registration = {"name": "replay", "pool": "replay", "fingerprint": fingerprint}
-        self.worker_id = self._post("/v1/workers/register", registration, self.worker_headers)["worker_id"]
+        client = self.stack.enter_context(TestClient(create_app(Settings(database_url=url, data_dir=work,
+                                                                         lease_s=600.0))))
+        return client, {"Authorization": f"Bearer {admin}"}
 
     def close(self) -> None:
         self.stack.close()
@@ -190,13 +200,13 @@ class Service:
         return response.json() if response.status_code != 204 else None
 
     def create(self, headers: dict[str, str], shape: ShapeSweep, seed: int, trials: int,
-               warm_start: str) -> dict[str, Any]:
+               warm_start: str, **fields: Any) -> dict[str, Any]:
         doc = {"name": f"{self.sweep.kernel} {json.dumps(shape.workload[0]['dims'])} seed {seed}",
                "kernel": {"backend": self.sweep.backend, "builtin": self.sweep.kernel, "workload": shape.workload},
                **({"space": self.sweep.space} if self.sweep.space else {}),  # else the built-in's
                "objectives": self.sweep.objectives, "warm_start": warm_start,
                "sampler": {"name": "auto", "seed": seed}, "budget": {"max_trials": trials}, "parallelism": 2,
-               "pool": "replay"}
+               "pool": self.pool, **fields}
         return self._post("/v1/studies", doc, headers)  # type: ignore[no-any-return]
 
     def run(self, studies: dict[int, ShapeSweep], seed: int, team: dict[str, str]) -> dict[int, list[dict[str, Any]]]:

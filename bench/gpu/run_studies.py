@@ -125,6 +125,33 @@ def _stop_children() -> None:
             process.kill()
 
 
+def start_fresh_worker(work: Path, env: dict[str, str], token: str, name: str, *, lease_ahead: int, compilers: int,
+                       local: bool = False) -> subprocess.Popen:
+    """A `paretune worker` on GPU 0 of pool gpu0 with a fresh artifact cache (work/artifacts-NAME)
+    and Triton cache, so that it compiles nothing less because another study ran before."""
+    measure, compile_ = cpu_sets(0, 1)
+    command = [sys.executable, "-m", "workers", "--server", SERVER, "--pool", "gpu0", "--name", f"gpu0-{name}",
+               "--cache-dir", str(work / f"artifacts-{name}"), "--gpu", "0", "--measure-cpus", measure,
+               "--compile-cpus", compile_, "--warm", "--lease-ahead", str(lease_ahead), "--compilers", str(compilers)]
+    if local:
+        command += ["--backends", "cpu"]
+    worker_env = {**env, "PARETUNE_WORKER_TOKEN": token, "TRITON_CACHE_DIR": str(work / f"triton-{name}")}
+    process = spawn(command, env=worker_env, cwd=REPO, stdout=open(work / f"worker-{name}.log", "w"),  # noqa: SIM115
+                    stderr=subprocess.STDOUT)
+    log(f"worker {name} started (measure CPUs {measure}, compile CPUs {compile_})")
+    return process
+
+
+def stop(process: subprocess.Popen | None) -> None:
+    """Terminate, and kill after 30 s."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def gpu_count() -> int:
     try:
         done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True)

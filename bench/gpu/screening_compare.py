@@ -78,29 +78,13 @@ class Compare:
         rs.wait_healthy()
         return rs.Api(admin)
 
-    def start_worker(self, name: str) -> Path:
-        """A worker on GPU 0 with a fresh artifact cache and Triton cache; returns the cache."""
-        cache = self.work / f"artifacts-{name}"
-        self.cache_dirs.append(cache)
-        measure, compile_ = rs.cpu_sets(0, 1)
-        command = [sys.executable, "-m", "workers", "--server", rs.SERVER, "--pool", "gpu0", "--name", f"gpu0-{name}",
-                   "--cache-dir", str(cache), "--gpu", "0", "--measure-cpus", measure, "--compile-cpus", compile_,
-                   "--warm", "--lease-ahead", str(self.args.lease_ahead), "--compilers", str(self.args.compilers)]
-        if self.local:
-            command += ["--backends", "cpu"]
-        env = {**self.env, "PARETUNE_WORKER_TOKEN": self.token, "TRITON_CACHE_DIR": str(self.work / f"triton-{name}")}
-        self.worker = rs.spawn(command, env=env, cwd=REPO, stdout=open(self.work / f"worker-{name}.log", "w"),  # noqa: SIM115
-                               stderr=subprocess.STDOUT)
-        self.log(f"worker for {name} started (measure CPUs {measure}, compile CPUs {compile_})")
-        return cache
+    def start_worker(self, name: str) -> None:
+        self.cache_dirs.append(self.work / f"artifacts-{name}")
+        self.worker = rs.start_fresh_worker(self.work, self.env, self.token, name, lease_ahead=self.args.lease_ahead,
+                                            compilers=self.args.compilers, local=self.local)
 
     def stop_worker(self) -> None:
-        if self.worker is not None and self.worker.poll() is None:
-            self.worker.terminate()
-            try:
-                self.worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.worker.kill()
+        rs.stop(self.worker)
         self.worker = None
 
     # -- studies ----------------------------------------------------------------------------

@@ -4,7 +4,10 @@ of its fully measured trials (service.scheduling.screening has the rule):
   the pool may take it (attempts count afresh; the sampler still holds it as running and
   hears its full values when that stage completes);
 - screened out: it finishes with its screening values, which are never objective values,
-  and the sampler hears of it now (service.scheduling.mirror).
+  and the sampler hears of it now (service.scheduling.mirror);
+- undecided (`screening.deferred`): while the study has no front yet and a full stage is
+  being measured (the baseline's, at first), a screened trial waits for that front rather
+  than being promoted for want of one; every step decides it again.
 """
 
 from __future__ import annotations
@@ -23,14 +26,22 @@ from service.trials.transitions import transition
 from wire.contract import FailureReason
 
 
+WAITS = "waits for the study's first fully measured trial"
+
+
 def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]) -> None:
     """Decide every trial of `screened` (state screened)."""
     document = document_of(study)
     assert document.measure.promote is not None, "a study that screens has a promotion rule"
     rule = screening.Rule.of(document.measure.promote)
     members = front_members(session, study.id)
+    awaited = not members and full_stage_pending(session, study.id)  # a front that is on its way
     for trial in screened:
         data = dict(trial.screening or {})
+        if awaited and not trial.is_baseline:
+            if not data.get("deferred"):
+                trial.screening = {**data, "deferred": True, "reason": WAITS}
+            continue
         decision = screening.decide(document.objectives, intervals(data), members, rule, baseline=trial.is_baseline)
         data.update(promoted=decision.promote, dominated_by=decision.by, told=decision.told, reason=decision.reason)
         if not decision.promote:
@@ -38,6 +49,7 @@ def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]
             study.n_screened_out += 1
             mirror.learn(trial)
             continue
+        awaited = awaited or not members
         target = waiting_state(study.state)
         # the screen's lease token (and worker) stay until the full stage's lease replaces
         # them, so that a repeated post of the screen's result is still known as one
@@ -49,6 +61,19 @@ def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]
         transition(session, trial, target, **fields)
         if target == TrialState.CANCELLED:
             mirror.learn(trial)
+
+
+def deferred(trial: Trial) -> bool:
+    """A screened trial that an earlier step left undecided."""
+    return trial.state == TrialState.SCREENED and bool((trial.screening or {}).get("deferred"))
+
+
+def full_stage_pending(session: Session, study_id: int) -> bool:
+    """Whether a promoted trial of the study waits for, or runs, its full stage."""
+    return session.execute(
+        select(Trial.id).where(Trial.study_id == study_id, Trial.stage == "full", Trial.state.in_(
+            [TrialState.QUEUED.value, TrialState.PAUSED.value, TrialState.RUNNING.value])).limit(1)
+    ).first() is not None
 
 
 def intervals(data: dict[str, Any]) -> dict[str, screening.Interval]:

@@ -75,9 +75,10 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     # every sequence number the step may need, in one round trip (unused ones are skipped)
     seqs = iter(next_seqs(session, len(untold) + min(ASKS_PER_STEP, study.parallelism) + 1))
     if untold:
+        unseen = [t for t in untold if not promotion.deferred(t)]  # a deferred screen counted when first seen
         _account(session, study, mirror, untold, seqs)
-        shares.add_usage(session, study, untold)
-        report.accounted = len(untold)
+        shares.add_usage(session, study, unseen)
+        report.accounted = len(unseen)
         report.more = len(untold) == TELLS_PER_STEP
     pace = (max(1, report.accounted), report.locked_at + ASK_UNTIL_S)
     asked, room = _settle_and_refill(session, study, mirror, pace, seqs)

@@ -23,6 +23,8 @@ class ScreeningOut(BaseModel):
     worker_id: int | None = Field(default=None, description="the worker that ran the screen")
     timings: dict[str, float] = Field(default_factory=dict)
     promoted: bool | None = Field(default=None, description="measured fully; null while undecided")
+    deferred: bool = Field(default=False, description="left undecided until the study's first front, whose full "
+                                                      "stage was being measured when this screen reported")
     dominated_by: int | None = Field(default=None, description="screened out: the front trial (number) that beat it")
     told: dict[str, float] | None = Field(default=None, description="screened out: the values the sampler heard")
     reason: str | None = None

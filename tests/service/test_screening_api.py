@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 from conftest import Api
+from sqlalchemy import func, select
 
 from service.scheduling import promotion, screening
+from service.store.models import PoolUsage
 from service.studies.document import Promote, ResolvedObjective
 
 SPACE = [
@@ -234,6 +236,50 @@ def test_pause_resume_and_cancel_while_screened(api: Api) -> None:
     assert cancelled["state"] == "cancelled" and cancelled["screening"]["values"]["runtime_ms"] > 0
     body = api.client.get(f"/v1/studies/{sid}", headers=api.admin).json()
     assert body["progress"]["completed"] == 1 and body["progress"]["in_flight"] == 0
+
+
+def test_screens_before_the_first_front_wait_for_it_instead_of_being_promoted(api: Api) -> None:
+    """While the baseline's full stage runs, the study has no front: the trials screened
+    meanwhile stay undecided (not promoted for want of a front), and are decided against the
+    baseline once it completes; their screens count once in the pool's usage."""
+    study = api.create_study(space=SPACE, objectives=RT_E,
+                             kernel={"backend": "python", "source": "tests.fake:objective"},
+                             sampler={"name": "random", "seed": 5}, budget={"max_trials": 3}, parallelism=3,
+                             measure={"screen": {}, "promote": {"energy_runtime_ratio": 1.0}})
+    sid = study["id"]
+    worker = energy_worker(api)
+    answer = scripted([])
+    baseline = api.lease(worker)
+    assert baseline is not None and baseline["trial"]["stage"] == "screen"
+    assert api.post_result(worker, baseline["token"], answer(baseline["trial"])).status_code == 200
+    api.quiesce()
+    held = [api.lease(worker) for _ in range(3)]
+    assert all(h is not None for h in held)
+    full = next(h for h in held if h["trial"]["number"] == 0)
+    screens = [h for h in held if h["trial"]["number"] != 0]
+    assert full["trial"]["stage"] == "full" and [h["trial"]["stage"] for h in screens] == ["screen", "screen"]
+    for h in screens:
+        assert api.post_result(worker, h["token"], answer(h["trial"])).status_code == 200
+    api.quiesce()  # returns: an undecided trial is no change for the steps that find it again
+    for h in screens:
+        trial = api.client.get(f"/v1/studies/{sid}/trials/{h['trial']['number']}", headers=api.admin).json()
+        assert trial["state"] == "screened" and trial["screening"]["deferred"] is True
+        assert trial["screening"]["promoted"] is None
+    assert api.post_result(worker, full["token"], answer(full["trial"])).status_code == 200
+    api.quiesce()
+    base = api.client.get(f"/v1/studies/{sid}/trials/0", headers=api.admin).json()
+    rule = screening.Rule.of(Promote(margins={"runtime_ms": 0.04}, energy_runtime_ratio=1.0))
+    objectives = [ResolvedObjective.model_validate(o) for o in RT_E]
+    member = screening.Member(0, base["values"], promotion.intervals(base["screening"]))
+    for h in screens:
+        trial = api.client.get(f"/v1/studies/{sid}/trials/{h['trial']['number']}", headers=api.admin).json()
+        beaten = all(screening.beats(o, member, promotion.intervals(trial["screening"]), rule) for o in objectives)
+        assert trial["screening"]["promoted"] is not beaten
+        assert trial["state"] == ("screened_out" if beaten else "queued")
+        assert trial["screening"]["dominated_by"] == (0 if beaten else None)
+    with api.client.app.state.paretune.db.read() as session:  # type: ignore[attr-defined]
+        counted = session.execute(select(func.sum(PoolUsage.trials)).where(PoolUsage.study_id == sid)).scalar()
+    assert counted == 4  # three screens and the baseline's full stage, each once
 
 
 def test_a_study_without_a_screen_leases_as_before(api: Api) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,7 @@ class BuiltinKernel:
 
 BUILTINS: dict[tuple[str, str], BuiltinKernel] = {}
 _gpu_loaded = False
+_gpu_lock = threading.RLock()  # re-entrant: the import registers through this module
 
 
 def register(kernel: BuiltinKernel) -> None:
@@ -121,14 +123,19 @@ def all_builtins() -> list[BuiltinKernel]:
 
 
 def _load_gpu_builtins() -> None:
+    """Register the GPU built-ins once; a thread that asks while another imports them waits
+    for it (a worker's compilers look up their first trials' kernels at the same moment)."""
     global _gpu_loaded
     if _gpu_loaded:
         return
-    _gpu_loaded = True
-    try:
-        importlib.import_module("wire.kernels.gpu")
-    except ImportError as exc:
-        log.debug("no GPU built-in kernels: %s", exc)
+    with _gpu_lock:
+        if _gpu_loaded:
+            return
+        try:
+            importlib.import_module("wire.kernels.gpu")
+        except ImportError as exc:
+            log.debug("no GPU built-in kernels: %s", exc)
+        _gpu_loaded = True
 
 
 def with_defaults(space: list[Parameter], defaults: dict[str, Any]) -> list[Parameter]:
