@@ -25,7 +25,6 @@ from service.studies.document import document_of
 from service.trials.transitions import transition
 from wire.contract import FailureReason
 
-
 WAITS = "waits for the study's first fully measured trial"
 
 
