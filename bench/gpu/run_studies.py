@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 STARTED = time.monotonic()
 OUT = Path(".")
-PORT = 8765
+PORT = int(os.environ.get("PARETUNE_BENCH_PORT", "8765"))  # the service these scripts start
 SERVER = f"http://127.0.0.1:{PORT}"
 REPEATS = 5
 SAMPLER = {"name": "nsga2", "seed": 20261129, "options": {"population_size": 10}}
