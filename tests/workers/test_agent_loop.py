@@ -103,6 +103,26 @@ def test_lease_ahead_holds_that_many_compiled_trials_beyond_the_one_measuring(tm
     assert most == 3  # the trial measuring and two more, never a fourth
 
 
+def test_a_full_stage_measures_before_the_screens_leased_ahead_of_it(tmp_path):
+    """A promoted trial's full stage goes before the screens already compiled and waiting
+    (its study's front, and the screens deferred for it, hang on it); the rest keep their
+    lease order."""
+    specs = [make_spec(python_kernel("sleepy"), {"sleep_s": 1.0 if i == 0 else 0.2, "tag": str(i)},
+                       objectives=["f1"]) for i in range(4)]  # the others are leased while the first measures
+    specs[3] = specs[3].model_copy(update={"stage": "full"})
+    plane = Plane(heartbeat_s=0.2)
+    plane.add(*specs)
+    with PlaneServer(plane) as server:
+        summary = run_agent(_config(server, tmp_path, max_trials=4, prefetch=True, lease_ahead=3))
+    assert summary.completed == 4
+    started = {s.trial_id: plane.results[s.trial_id].metrics["started"].value for s in specs}
+    leased = [trial for _, trial, _ in sorted(plane.leased)]
+    assert leased == [s.trial_id for s in specs]
+    measured = sorted(started, key=started.get)
+    # the first was measuring when the others came; the full stage, leased last, went next
+    assert measured == [specs[0].trial_id, specs[3].trial_id, specs[1].trial_id, specs[2].trial_id]
+
+
 def slow_to_compile(tag: int, functions: int = 600) -> str:
     """A correct matmul whose file takes gcc -O2 a good fraction of a second (a tag makes
     every copy a different build)."""

@@ -77,6 +77,11 @@ class Job(ABC):
     def failed(self, message: str) -> WorkReport:
         """The report of a job the worker itself failed to run."""
 
+    @property
+    def first(self) -> bool:
+        """Whether the job measures before the compiled jobs already waiting for the device."""
+        return False
+
     def report(self) -> WorkReport | None:
         """What to post for the lease: the outcome, or None when the job was abandoned."""
         return None if self.cancel.is_set() else self.outcome
@@ -113,6 +118,12 @@ class TrialJob(Job):
         t = self.spec
         stage = f", {t.stage} stage" if t.stage else ""
         return f"trial {t.trial_id} (study {t.study_id} #{t.number}, attempt {t.attempt}{stage})"
+
+    @property
+    def first(self) -> bool:
+        """A promoted trial's full stage: its study's front (and the decision on the screens
+        waiting for it) hangs on it, so it goes before the screens leased ahead of it."""
+        return self.spec.stage == "full"
 
     def leased(self) -> str:
         kernel = self.spec.kernel

@@ -26,6 +26,7 @@ went away, and a lease that still comes is not run (it expires).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import queue
@@ -70,6 +71,26 @@ class Running:
     job: Job
 
 
+class ReadyQueue:
+    """Compiled jobs waiting for the device, in the order they were put, but for jobs that
+    go `first`, which go before every other; the leasers' end marks (None) come last."""
+
+    def __init__(self) -> None:
+        self._queue: queue.PriorityQueue[tuple[int, int, Running | None]] = queue.PriorityQueue()
+        self._count = itertools.count()
+
+    def put(self, running: Running | None) -> None:
+        rank = 2 if running is None else 0 if running.job.first else 1
+        self._queue.put((rank, next(self._count), running))
+
+    def get(self, timeout: float) -> Running | None:
+        """The next job (queue.Empty after `timeout` seconds without one)."""
+        return self._queue.get(timeout=timeout)[2]
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+
 class Agent:
     def __init__(self, settings: AgentSettings, stop_event: threading.Event | None = None) -> None:
         self.settings = settings
@@ -90,7 +111,7 @@ class Agent:
         self.keeper = LeaseKeeper(self.client, self.stop, self.abort, settings.drain_timeout_s)
         self.slots = threading.Semaphore(1 + max(1, settings.lease_ahead) if settings.prefetch else 1)
         self.leasers = max(1, min(settings.compilers, settings.lease_ahead)) if settings.prefetch else 1
-        self.ready: queue.Queue[Running | None] = queue.Queue()
+        self.ready = ReadyQueue()
         # without prefetch the next lease comes with the previous report's acknowledgement
         # when one is queued (one request per job); the leaser takes it before long-polling
         self.handed: queue.Queue[Lease] = queue.Queue()
