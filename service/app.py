@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await run_in_threadpool(prepare_schema, db.engine, settings.migrate_on_start)
         notifier = Notifier(settings.redis_url, postgres_dsn(settings.database_url))
         await notifier.start()
-        cache = MirrorCache(catalog=ControlsCatalog(settings.controls_catalog))
+        cache = MirrorCache(catalog=ControlsCatalog(settings.controls_catalog), capacity=settings.sampler_cache)
         metrics = Metrics(db)
         scheduler = Scheduler(db, cache, notifier, settings, observe=metrics.step_seconds.observe)
         state = AppState(settings, db, cache, notifier, metrics, scheduler)

@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(
         default=30, ge=1,
         description="steady Postgres connections of one server process (up to 10 more under load)")
+    sampler_cache: int = Field(
+        default=1024, ge=1,
+        description="studies whose sampler state one process keeps in memory; the step of a study past them "
+                    "rebuilds its sampler from the database")
     scheduler_process: bool = Field(
         default=False,
         description="`true`: this server process steps no study; a `paretune scheduler` process does")

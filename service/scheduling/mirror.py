@@ -273,7 +273,7 @@ class MirrorCache:
     """Per-process mirrors, least recently used first out: Optuna's, or CompileIQ's engine
     (service.scheduling.engine) for `sampler: compileiq`."""
 
-    def __init__(self, catalog: ControlsCatalog, capacity: int = 256) -> None:
+    def __init__(self, catalog: ControlsCatalog, capacity: int = 1024) -> None:
         self.catalog = catalog
         self._mirrors: LRUCache[int, StudyMirror] = LRUCache(maxsize=capacity)
         self._lock = threading.Lock()  # cachetools' caches are not thread-safe

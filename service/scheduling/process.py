@@ -43,7 +43,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, metrics_por
     await asyncio.get_running_loop().run_in_executor(None, prepare_schema, db.engine, settings.migrate_on_start)
     notifier = Notifier(settings.redis_url, postgres_dsn(settings.database_url))
     await notifier.start()
-    cache = MirrorCache(catalog=ControlsCatalog(settings.controls_catalog))
+    cache = MirrorCache(catalog=ControlsCatalog(settings.controls_catalog), capacity=settings.sampler_cache)
     scheduler = Scheduler(db, cache, notifier, settings, observe=step_seconds.observe)
     db.send_effects_to(notifier, scheduler)
     await scheduler.start()
