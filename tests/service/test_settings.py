@@ -28,6 +28,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "auth_failure_limit": ("5", 5),
     "auth_failure_window_s": ("30", 30.0),
     "db_pool_size": ("12", 12),
+    "sampler_cache": ("2048", 2048),
     "scheduler_process": ("true", True),
     "controls_catalog": ("/srv/compileiq", Path("/srv/compileiq")),
     "trial_retention_days": ("30", 30.0),
