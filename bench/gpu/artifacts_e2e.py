@@ -203,8 +203,7 @@ class Run:
         self.out.mkdir(parents=True, exist_ok=True)
         rs.OUT = self.out
         self.work = Path(tempfile.mkdtemp(prefix="paretune-artifacts-"))
-        self.env = {**os.environ, "PARETUNE_DATABASE_URL": f"sqlite:///{self.work / 'paretune.db'}",
-                    "PARETUNE_DATA_DIR": str(self.work), "PYTHONUNBUFFERED": "1"}
+        self.env = rs.service_env(self.work)
         self.kernel = ("cpu", "matmul") if self.local else ("triton", "gemm_bf16")
 
     def start(self) -> tuple[Any, Any, str]:
@@ -213,10 +212,7 @@ class Run:
         approver = rs.cli("token", "create", "--name", "reviewer", "--role", "approver", env=self.env)
         viewer = rs.cli("token", "create", "--name", "build", "--role", "viewer", env=self.env)
         worker = rs.cli("token", "create", "--name", "gpu0", "--worker", "--pool", "gpu0", env=self.env)
-        rs.spawn([sys.executable, "-m", "service.cli", "serve", "--port", str(rs.PORT), "--log-level", "warning"],
-                 env=self.env, cwd=REPO, stdout=open(self.work / "service.log", "w"),  # noqa: SIM115
-                 stderr=subprocess.STDOUT)
-        rs.wait_healthy()
+        rs.serve(self.work, self.env)
         measure, compile_ = rs.cpu_sets(0, 1)
         command = [sys.executable, "-m", "workers", "--server", rs.SERVER, "--pool", "gpu0", "--name", "gpu0",
                    "--cache-dir", str(self.work / "cache"), "--measure-cpus", measure, "--compile-cpus", compile_]

@@ -261,8 +261,7 @@ class Run:
             sys.path.insert(0, str(site))
             paths.insert(0, str(site))
         python_path = os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        self.env = {**os.environ, "PARETUNE_DATABASE_URL": f"sqlite:///{self.work / 'paretune.db'}",
-                    "PARETUNE_DATA_DIR": str(self.work), "PYTHONUNBUFFERED": "1", "PYTHONPATH": python_path}
+        self.env = rs.service_env(self.work, PYTHONPATH=python_path)
 
     def preflight(self) -> dict[str, Any]:
         """What the GPU run needs, checked before anything starts: Liger importable, its settings
@@ -298,10 +297,7 @@ class Run:
         admin = rs.cli("token", "create", "--name", "tuner", "--role", "admin", env=self.env)
         approver = rs.cli("token", "create", "--name", "reviewer", "--role", "approver", env=self.env)
         worker = rs.cli("token", "create", "--name", "gpu0", "--worker", "--pool", "gpu0", env=self.env)
-        rs.spawn([sys.executable, "-m", "service.cli", "serve", "--port", str(rs.PORT), "--log-level", "warning"],
-                 env=self.env, cwd=REPO, stdout=open(self.work / "service.log", "w"),  # noqa: SIM115
-                 stderr=subprocess.STDOUT)
-        rs.wait_healthy()
+        rs.serve(self.work, self.env)
         measure, compile_ = rs.cpu_sets(0, 1)
         command = [sys.executable, "-m", "workers", "--server", rs.SERVER, "--pool", "gpu0", "--name", "gpu0",
                    "--cache-dir", str(self.work / "cache"), "--measure-cpus", measure, "--compile-cpus", compile_]

@@ -125,6 +125,43 @@ def _stop_children() -> None:
             process.kill()
 
 
+def service_env(work: Path, **extra: str) -> dict[str, str]:
+    """The environment of a service on an SQLite file in `work`, and of its CLI and workers."""
+    return {**os.environ, "PARETUNE_DATABASE_URL": f"sqlite:///{work / 'paretune.db'}",
+            "PARETUNE_DATA_DIR": str(work), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def serve(work: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`paretune serve` on PORT, its log in work/service.log; returns once it answers."""
+    process = spawn([sys.executable, "-m", "service.cli", "serve", "--port", str(PORT), "--log-level", "warning"],
+                    env=env, cwd=REPO, stdout=open(work / "service.log", "w"),  # noqa: SIM115
+                    stderr=subprocess.STDOUT)
+    wait_healthy()
+    return process
+
+
+def wait_study(api: Api, study_id: int, until: float) -> dict[str, Any]:
+    """The study once it has finished, or cancelled at `until` (time.monotonic())."""
+    while True:
+        study = api.get(f"/v1/studies/{study_id}")
+        if finished(study):
+            return study
+        if time.monotonic() > until:
+            log(f"study {study_id}: out of time, cancelled")
+            api.post(f"/v1/studies/{study_id}/cancel")
+            return api.get(f"/v1/studies/{study_id}")
+        time.sleep(0.5)
+
+
+def run_logged(bench: Any) -> Any:
+    """`bench.run()`; when it fails, the tails of the logs in `bench.work` are printed first."""
+    try:
+        return bench.run()
+    except BaseException:
+        print(log_tails(bench.work, 3000), flush=True)
+        raise
+
+
 def start_fresh_worker(work: Path, env: dict[str, str], token: str, name: str, *, lease_ahead: int, compilers: int,
                        local: bool = False) -> subprocess.Popen:
     """A `paretune worker` on GPU 0 of pool gpu0 with a fresh artifact cache (work/artifacts-NAME)
@@ -318,12 +355,7 @@ class Run:
         all_roles, self.versus_gpus = roles(self.gpus)
         self.roles = {k: gpu for k, gpu in all_roles.items() if k in self.profile.kernels}
         self.slots = self.gpus  # CPU shares, one per GPU
-        self.env = {
-            **os.environ,
-            "PARETUNE_DATABASE_URL": f"sqlite:///{self.work / 'paretune.db'}",
-            "PARETUNE_DATA_DIR": str(self.work),
-            "PYTHONUNBUFFERED": "1",
-        }
+        self.env = service_env(self.work)
         self.workers: dict[int, subprocess.Popen] = {}
         self.worker_mode: dict[int, str] = {}
         self.studies: dict[str, int] = {}
@@ -349,14 +381,7 @@ class Run:
             gpu: cli("token", "create", "--name", f"gpu{gpu}", "--worker", "--pool", f"gpu{gpu}", env=self.env)
             for gpu in sorted(set(self.roles.values()))
         }
-        spawn(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(PORT), "--log-level", "warning"],
-            env=self.env,
-            cwd=REPO,
-            stdout=open(self.work / "service.log", "w"),  # noqa: SIM115
-            stderr=subprocess.STDOUT,
-        )
-        wait_healthy()
+        serve(self.work, self.env)
         return Api(admin)
 
     def start_worker(self, gpu: int, warm: bool = True) -> None:
@@ -703,13 +728,7 @@ def main() -> None:
     global OUT
     OUT = Path(args.out)
     OUT.mkdir(parents=True, exist_ok=True)
-    run = Run(args)
-    try:
-        result = run.run()
-    except BaseException:
-        print(log_tails(run.work, 3000), flush=True)
-        raise
-    summarize(result)
+    summarize(run_logged(Run(args)))
 
 
 if __name__ == "__main__":

@@ -57,8 +57,7 @@ class Compare:
         self.objectives = ["runtime_ms", "latency_ms"] if self.local else ["runtime_ms", "energy_mj"]
         self.measure = LOCAL_MEASURE if self.local else GPU_MEASURE
         self.work = Path(tempfile.mkdtemp(prefix="paretune-screening-"))
-        self.env = {**os.environ, "PARETUNE_DATABASE_URL": f"sqlite:///{self.work / 'paretune.db'}",
-                    "PARETUNE_DATA_DIR": str(self.work), "PYTHONUNBUFFERED": "1"}
+        self.env = rs.service_env(self.work)
         self.started = time.monotonic()
         self.deadline = self.started + args.deadline_s
         self.worker: subprocess.Popen | None = None
@@ -72,10 +71,7 @@ class Compare:
     def start_service(self) -> rs.Api:
         admin = rs.cli("token", "create", "--name", "bench", "--role", "admin", env=self.env)
         self.token = rs.cli("token", "create", "--name", "gpu0", "--worker", "--pool", "gpu0", env=self.env)
-        rs.spawn([sys.executable, "-m", "service.cli", "serve", "--port", str(rs.PORT), "--log-level", "warning"],
-                 env=self.env, cwd=REPO, stdout=open(self.work / "service.log", "w"),  # noqa: SIM115
-                 stderr=subprocess.STDOUT)
-        rs.wait_healthy()
+        rs.serve(self.work, self.env)
         return rs.Api(admin)
 
     def start_worker(self, name: str) -> None:
@@ -102,25 +98,14 @@ class Compare:
             "limits": {"compile_timeout_s": 300, "run_timeout_s": 120, "max_attempts": 2},
         }
 
-    def wait(self, api: rs.Api, study_id: int, until: float) -> dict[str, Any]:
-        while True:
-            study = api.get(f"/v1/studies/{study_id}")
-            if rs.finished(study):
-                return study
-            if time.monotonic() > until:
-                self.log(f"study {study_id}: out of time, cancelled")
-                api.post(f"/v1/studies/{study_id}/cancel")
-                return api.get(f"/v1/studies/{study_id}")
-            time.sleep(0.5)
-
     def run_study(self, api: rs.Api, mode: str, until: float) -> dict[str, Any]:
         self.start_worker(mode)
         warm = api.post("/v1/studies", self.document(f"warm-up before {mode}", 1, False, {"name": "random", "seed": 1}))
-        self.wait(api, warm["id"], time.monotonic() + self.args.preflight_s)
+        rs.wait_study(api, warm["id"], time.monotonic() + self.args.preflight_s)
         sampler = {"name": "nsga2", "seed": self.args.seed, "options": {"population_size": 10}}
         study = api.post("/v1/studies", self.document(f"GEMM {mode}", self.args.trials, mode == "screen", sampler))
         self.log(f"{mode}: study {study['id']} created")
-        self.wait(api, study["id"], until)
+        rs.wait_study(api, study["id"], until)
         self.stop_worker()
         data = rs.collect(api, study["id"])
         self.log(f"{mode}: {data['study']['state']} ({data['study'].get('finish_reason')}), "
@@ -344,12 +329,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rs.OUT = out
-    compare = Compare(args, out)
-    try:
-        result = compare.run()
-    except BaseException:
-        print(rs.log_tails(compare.work, 3000), flush=True)
-        raise
+    result = rs.run_logged(Compare(args, out))
     text = summarize(result, args.local)
     (out / "screening_compare.md").write_text(text + "\n")
     print(text, flush=True)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -69,8 +68,7 @@ class Wall:
         self.out = out
         self.local = args.local
         self.work = Path(tempfile.mkdtemp(prefix="paretune-wall-"))
-        self.env = {**os.environ, "PARETUNE_DATABASE_URL": f"sqlite:///{self.work / 'paretune.db'}",
-                    "PARETUNE_DATA_DIR": str(self.work), "PYTHONUNBUFFERED": "1"}
+        self.env = rs.service_env(self.work)
         self.deadline = time.monotonic() + args.deadline_s
         self.worker: subprocess.Popen | None = None
         if self.local:
@@ -89,10 +87,7 @@ class Wall:
     def start(self) -> None:
         admin = rs.cli("token", "create", "--name", "bench", "--role", "admin", "--superuser", env=self.env)
         self.token = rs.cli("token", "create", "--name", "gpu0", "--worker", "--pool", "gpu0", env=self.env)
-        rs.spawn([sys.executable, "-m", "service.cli", "serve", "--port", str(rs.PORT), "--log-level", "warning"],
-                 env=self.env, cwd=REPO, stdout=open(self.work / "service.log", "w"),  # noqa: SIM115
-                 stderr=subprocess.STDOUT)
-        rs.wait_healthy()
+        rs.serve(self.work, self.env)
         self.admin = rs.Api(admin)
         self.client = httpx.Client(base_url=rs.SERVER, timeout=30)
         self.warmup_team = self.team("warmup")
@@ -108,7 +103,7 @@ class Wall:
                                             compilers=self.args.compilers, local=self.local)
         warm = self.warmup_team.post("/v1/studies", self.document("warm-up", 1, "none", {"name": "random", "seed": 1},
                                                                    self.new.workload))
-        self.wait(self.warmup_team, warm["id"], time.monotonic() + self.args.preflight_s)
+        rs.wait_study(self.warmup_team, warm["id"], time.monotonic() + self.args.preflight_s)
 
     def gpu_fingerprint(self) -> dict[str, Any]:
         """The GPU worker's registered fingerprint (it registers when it starts)."""
@@ -152,16 +147,6 @@ class Wall:
         if self.local:
             doc["measure"] = LOCAL_MEASURE
         return doc
-
-    def wait(self, api: rs.Api, study_id: int, until: float) -> dict[str, Any]:
-        while True:
-            study = api.get(f"/v1/studies/{study_id}")
-            if rs.finished(study):
-                return study
-            if time.monotonic() > until:
-                api.post(f"/v1/studies/{study_id}/cancel")
-                return api.get(f"/v1/studies/{study_id}")
-            time.sleep(0.5)
 
     def reached(self, trials: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The first completed trial (by result time) whose configuration the sweep puts within 2%."""
@@ -299,12 +284,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rs.OUT = out
-    wall = Wall(args, out)
-    try:
-        result = wall.run()
-    except BaseException:
-        print(rs.log_tails(wall.work, 3000), flush=True)
-        raise
+    result = rs.run_logged(Wall(args, out))
     text = summarize(result)
     (out / "transfer_wall.md").write_text(text + "\n")
     print(text, flush=True)
