@@ -18,7 +18,6 @@ configuration of the built-in's space, and every configuration's timing.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -51,14 +50,6 @@ def config_list(baseline: dict[str, Any]) -> list[dict[str, Any]]:
     return configs
 
 
-def load_source(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("gemm_bf16_source", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dims", required=True, help='the GEMM shape as JSON, {"m": ..., "n": ..., "k": ...}')
@@ -70,9 +61,10 @@ def main() -> None:
     import torch
     import triton
 
+    from wire.kernels.gpu import gemm_bf16 as source
+
     builtin = get_builtin("triton", "gemm_bf16")
-    assert builtin is not None and builtin.source_path() is not None
-    source = load_source(builtin.source_path())  # type: ignore[arg-type]
+    assert builtin is not None
     constants = dict(builtin.options.get("constants", {}))
     configs = config_list(builtin.default_config)
     triton_configs = [
