@@ -82,18 +82,19 @@ async def lease(body: wire.LeaseRequest, state: StateDep, principal: PrincipalDe
     It looks at the queue at once (unless a worker that leased through this replica lately
     asks for a queue known to be empty, EmptyQueues: it waits then), whenever a pool
     notification wakes it, and when its timer runs out only if a wake-up may have gone missing
-    meanwhile: one that came while it looked, before it waited, makes it look again at once."""
+    meanwhile: one that came while it looked, before it waited, makes it look again at once.
+    After its first pass it makes sure, each time, that the worker is still there."""
     principal.require_worker()
     deadline = time.monotonic() + body.wait_s
     notifier = state.notifier
     known = state.workers.leasing(body.worker_id, principal.token_id) if body.wait_s > 0 else None
     queue = QueueKey.of(known) if known is not None else None  # the worker's pool and what it can run
-    woken, looked = queue is None, False
+    woken, first = queue is None, True
     while True:
+        if not first and await request.is_disconnected():
+            return Response(status_code=204)
+        first = False
         if woken or queue is None or not state.empty_queues.known_empty(queue, notifier.unanswered_pool_wakeups):
-            if looked and await request.is_disconnected():
-                return Response(status_code=204)
-            looked = True
             started = time.perf_counter()
             reply, worker = await state.db.run(lease_once, state, principal, body.worker_id, contract)
             state.metrics.lease_seconds.observe(time.perf_counter() - started)
