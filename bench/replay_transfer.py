@@ -9,7 +9,9 @@ team's earlier studies) or, for the first --cold seeds, `none`. The control plan
 in-process (service.app on a SQLite file, FastAPI's TestClient) and a scripted worker
 answers its leases from the sweep, each value times exp(a normal draw with the sweep's
 pass-to-pass sigma: log-normal, as a time stays positive where sigma reaches 0.4 and more),
-so every rule is the service's own.
+so every rule is the service's own. For a GPU kernel's sweep (recorded on an H200) the
+worker registers with the H200's device limits, as the agent does, so that the service
+refuses a configuration that cannot launch before queuing it and the budget does not count it.
 
 Seeds: seed s uses history s mod --histories (the earlier studies' seeds); the held-out
 studies of one history are all created before any of them runs, so that each starts from
@@ -52,6 +54,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.gpu.replay_service import H200_LIMITS, SIGMAS_PER_RANGE_OF_FIVE  # noqa: E402
 from service.domain import pareto  # noqa: E402
 
 TRIALS = 67
@@ -99,6 +102,7 @@ class KernelSweep:
     space: list[dict[str, Any]]
     objectives: list[str]
     shapes: list[ShapeSweep]
+    device_limits: dict[str, Any] | None = None  # what the worker that recorded it reports at registration
 
 
 def load_cpu(path: Path) -> KernelSweep:
@@ -114,7 +118,6 @@ def load_cpu(path: Path) -> KernelSweep:
     return KernelSweep(data["kernel"], data["backend"], data["space"], objectives, shapes)
 
 
-SIGMAS_PER_RANGE_OF_FIVE = 2.326  # expected (max - min) / sigma of five normal draws
 GPU_OBJECTIVES = ["runtime_ms", "energy_mj", "p99_ms"]
 
 
@@ -141,7 +144,8 @@ def load_gpu(kernel: str, files: list[Path] | list[str], objectives: list[str] =
                              "configurations")
         shapes.append(ShapeSweep(parts[0].get("workload") or builtin.workload, table, sigmas,
                                  dict(builtin.default_config), objectives))
-    return KernelSweep(kernel, backend, [], objectives, shapes)
+    # recorded on an H200, whose worker reports its limits: the service refuses what cannot launch before queuing
+    return KernelSweep(kernel, backend, [], objectives, shapes, H200_LIMITS)
 
 
 class Service:
@@ -160,7 +164,8 @@ class Service:
         token = self._post("/v1/tokens", {"name": f"recorded-{pool}", "kind": "worker", "pool": pool},
                            self.admin)["token"]
         self.worker_headers = {"Authorization": f"Bearer {token}"}
-        fingerprint = fingerprint or {"backends": [sweep.backend], "gpu_name": "replay", "gpu_count": 1, "energy": True}
+        fingerprint = fingerprint or {"backends": [sweep.backend], "gpu_name": "replay", "gpu_count": 1, "energy": True,
+                                      **({"device_limits": sweep.device_limits} if sweep.device_limits else {})}
         registration = {"name": f"recorded-{pool}", "pool": pool, "fingerprint": fingerprint}
         self.worker_id = self._post("/v1/workers/register", registration, self.worker_headers)["worker_id"]
 

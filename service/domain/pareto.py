@@ -197,6 +197,22 @@ def non_dominated_mask(points: ArrayLike) -> BoolArray:
     return np.asarray(moocore.is_nondominated(array, keep_weakly=True), dtype=bool)
 
 
+def best_first(points: ArrayLike) -> list[int]:
+    """The row indices of an (n, m) array of minimised points, best first: by Pareto rank
+    (the front, then the front of the rest, ...), ties by each row's mean rank per objective."""
+    array = _as_points(points)
+    rank = np.zeros(len(array))
+    left = np.arange(len(array))
+    level = 0
+    while len(left):
+        front = non_dominated_mask(array[left])
+        rank[left[front]] = level
+        left = left[~front]
+        level += 1
+    mean_rank = np.argsort(np.argsort(array, axis=0, kind="stable"), axis=0).mean(axis=1)
+    return [int(i) for i in np.lexsort((mean_rank, rank))]
+
+
 def hypervolume(points: ArrayLike, reference: Reference) -> float:
     """Exact volume dominated by `points` and bounded by `reference` (moocore's: O(n log n)
     up to three objectives, O(n^2) with four).

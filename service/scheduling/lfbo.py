@@ -16,6 +16,10 @@ that it is feasible, from a second logistic regression on the trials that failed
 constraint against those that did not. It asks the highest. Before two trials are measured
 the prior alone orders the configurations, ties at random.
 
+With `warm_start: related`, related studies' trials join the regression's rows from the first
+ask (History: at their own shapes, labelled within their own study, each weighing 2**-distance
+of one of the study's own; service.studies.transfer says which).
+
 Chosen by replaying recorded GPU sweeps (bench/results/gpu_gemm_cold_search.md): on the GEMM
 the structure model's prior does most of the work, the classifier the rest.
 """
@@ -34,7 +38,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from service.domain.pareto import non_dominated_mask
+from service.domain import pareto
 from service.studies.space import SearchSpace
 from wire.contract import WorkloadShape
 from wire.kernels import get_builtin
@@ -47,10 +51,11 @@ CONSTRAINT_PREFIX = "constraints:"
 
 class StructuredSpace:
     """Every configuration of a finite space (the sampler's parameters), its standardised
-    features and its prior, the best at 0."""
+    features and its prior, the best at 0; with `like`, standardised as that space's are (the
+    same space described at another shape, for History)."""
 
-    def __init__(self, distributions: dict[str, BaseDistribution], describe: Callable[[dict[str, Any]], Structure]
-                 ) -> None:
+    def __init__(self, distributions: dict[str, BaseDistribution], describe: Callable[[dict[str, Any]], Structure],
+                 like: StructuredSpace | None = None) -> None:
         self.distributions = distributions
         names = sorted(distributions)
         axes = [_axis(distributions[n]) for n in names]
@@ -59,13 +64,36 @@ class StructuredSpace:
         described = [describe(p) for p in self.points]
         levels = [[float(p[n] == v) for n, axis in zip(names, axes, strict=True) for v in axis] for p in self.points]
         x = np.hstack([np.array([d.features for d in described], dtype=float), np.array(levels)])
-        self.features: FloatArray = (x - x.mean(axis=0)) / (x.std(axis=0) + 1e-9)
+        self.mean: FloatArray = x.mean(axis=0) if like is None else like.mean
+        self.scale: FloatArray = x.std(axis=0) + 1e-9 if like is None else like.scale
+        self.features: FloatArray = (x - self.mean) / self.scale
         prior = np.array([d.prior for d in described], dtype=float)
         self.prior: FloatArray = prior - prior.max()
 
 
+class History:
+    """Related studies' trials that the classifier learns from beside the study's own
+    (warm_start: related; service.studies.transfer.learning_set): each described at its own
+    shape, standardised as the study's space is, weighing 2**-distance of one of the study's
+    trials; the best `gamma` of each study's (stored best first) labelled among the best."""
+
+    def __init__(self, features: FloatArray, prior: FloatArray, order: list[tuple[int, int]],
+                 weights: FloatArray) -> None:
+        self.features = features
+        self.prior = prior  # at the trial's own shape, the best of that shape's space at 0
+        self.order = order  # per trial: (its related study's index, its place in that study, best first)
+        self.weights = weights
+
+    def labels(self, gamma: float) -> FloatArray:
+        sizes: dict[int, int] = {}
+        for study, _ in self.order:
+            sizes[study] = sizes.get(study, 0) + 1
+        return np.array([float(place < best_count(sizes[study], gamma)) for study, place in self.order])
+
+
 def structured_space(distributions: dict[str, BaseDistribution], to_config: Callable[[dict[str, Any]], dict[str, Any]],
-                     backend: str, builtin: str | None, workload: list[WorkloadShape]) -> StructuredSpace:
+                     backend: str, builtin: str | None, workload: list[WorkloadShape],
+                     like: StructuredSpace | None = None) -> StructuredSpace:
     """The space described by the built-in's structure model over the workload, where it has
     one and it reads every shape; else by the configurations' own numbers."""
     kernel = get_builtin(backend, builtin) if builtin else None
@@ -73,10 +101,29 @@ def structured_space(distributions: dict[str, BaseDistribution], to_config: Call
     if model is not None and workload:
         defaults = kernel.default_config if kernel is not None else {}
         try:
-            return StructuredSpace(distributions, lambda p: _over_shapes(model, {**defaults, **to_config(p)}, workload))
+            return StructuredSpace(distributions, lambda p: _over_shapes(model, {**defaults, **to_config(p)}, workload),
+                                   like)
         except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a shape or value the model cannot read
             pass
-    return StructuredSpace(distributions, lambda p: _numbers(to_config(p)))
+    return StructuredSpace(distributions, lambda p: _numbers(to_config(p)), like)
+
+
+def history(space: StructuredSpace, to_sampler: Callable[[dict[str, Any]], dict[str, Any]],
+            to_config: Callable[[dict[str, Any]], dict[str, Any]], backend: str, builtin: str | None,
+            learned: list[tuple[list[WorkloadShape], float, list[dict[str, Any]]]]) -> History | None:
+    """The related trials (per study: its workload, its distance, its configurations best
+    first) that lie in the study's space, as History; None when none does."""
+    features, prior, order, weights = [], [], [], []
+    for study, (workload, distance, configs) in enumerate(learned):
+        there = structured_space(space.distributions, to_config, backend, builtin, workload, like=space)
+        rows = [there.index[k] for k in (_key(to_sampler(c)) for c in configs) if k in there.index]
+        features.append(there.features[rows])
+        prior.append(there.prior[rows])
+        order += [(study, place) for place in range(len(rows))]
+        weights.append(np.full(len(rows), 2.0 ** -distance))
+    if not order:
+        return None
+    return History(np.vstack(features), np.concatenate(prior), order, np.concatenate(weights))
 
 
 def enumerable(space: SearchSpace) -> bool:
@@ -120,7 +167,7 @@ class LFBOSampler(BaseSampler):
     document being checked) it samples at random."""
 
     def __init__(self, *, seed: int | None = None, gamma: float = 0.25, prior_scale: float = 2.0, l2: float = 1.0,
-                 space: StructuredSpace | None = None) -> None:
+                 space: StructuredSpace | None = None, history: History | None = None) -> None:
         if not 0 < gamma < 1:
             raise ValueError(f"gamma must be between 0 and 1 (exclusive), not {gamma}")
         if not 0 <= prior_scale <= 100:
@@ -132,6 +179,7 @@ class LFBOSampler(BaseSampler):
         self._prior_scale = prior_scale
         self._l2 = l2
         self._space = space
+        self._history = history
         self._random = RandomSampler(seed=seed)
 
     def reseed_rng(self) -> None:
@@ -155,11 +203,14 @@ class LFBOSampler(BaseSampler):
         logit = self._prior_scale * space.prior + rng.normal(0.0, 1e-3, len(space.points))  # ties at random
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         measured = [t for t in complete if _feasible(t)]
+        rows = np.array([space.index[_key(t.params)] for t in measured], dtype=int)
+        x, y, offset = space.features[rows], np.zeros(len(rows)), logit[rows]
         if len(measured) >= 2:
-            rows = np.array([space.index[_key(t.params)] for t in measured])
-            labels = best_share([_minimised(t.values, study.directions) for t in measured], self._gamma)
-            take = rng.integers(len(rows), size=len(rows))
-            weights = logistic(space.features[rows[take]], labels[take], logit[rows[take]], self._l2)
+            y = best_share([_minimised(t.values, study.directions) for t in measured], self._gamma)
+        if len(measured) >= 2 or self._history is not None:
+            x, y, offset, weight = self._with_history(x, y, offset, len(measured) >= 2)
+            take = rng.integers(len(y), size=len(y))
+            weights = logistic(x[take], y[take], offset[take], self._l2, weight[take])
             logit = logit + space.features @ weights[:-1] + weights[-1]
         if measured and len(measured) < len(complete):  # some failed or violate a constraint: how likely each does
             rows = np.array([space.index[_key(t.params)] for t in complete])
@@ -174,34 +225,43 @@ class LFBOSampler(BaseSampler):
         return dict(space.points[int(np.argmax(logit))])
 
 
+    def _with_history(self, x: FloatArray, y: FloatArray, offset: FloatArray, own: bool
+                      ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """The rows to fit: the study's own (when `own`: two measured at least) and the history's."""
+        if not own:
+            x, y, offset = x[:0], y[:0], offset[:0]
+        weight = np.ones(len(y))
+        if self._history is None:
+            return x, y, offset, weight
+        h = self._history
+        return (np.vstack([x, h.features]), np.concatenate([y, h.labels(self._gamma)]),
+                np.concatenate([offset, self._prior_scale * h.prior]), np.concatenate([weight, h.weights]))
+
+
 def best_share(values: list[list[float]], gamma: float) -> FloatArray:
-    """1 for the best ceil(gamma * n) of n points (minimised) by Pareto rank, ties by their
-    mean rank per objective; 0 for the rest."""
-    y = np.array(values, dtype=float)
-    rank = np.zeros(len(y))
-    left = np.arange(len(y))
-    level = 0
-    while len(left):
-        front = non_dominated_mask(y[left])
-        rank[left[front]] = level
-        left = left[~front]
-        level += 1
-    mean_rank = np.argsort(np.argsort(y, axis=0, kind="stable"), axis=0).mean(axis=1)
-    labels = np.zeros(len(y))
-    labels[np.lexsort((mean_rank, rank))[: max(1, math.ceil(gamma * len(y)))]] = 1.0
+    """1 for the best ceil(gamma * n) of n points (minimised; pareto.best_first), 0 for the rest."""
+    labels = np.zeros(len(values))
+    labels[pareto.best_first(values)[:best_count(len(values), gamma)]] = 1.0
     return labels
 
 
-def logistic(x: FloatArray, y: FloatArray, offset: FloatArray, l2: float, steps: int = 25) -> FloatArray:
-    """Weights of an L2-penalised logistic regression with a fixed offset, by Newton's
-    method; the intercept (not penalised) last."""
+def best_count(n: int, gamma: float) -> int:
+    return max(1, math.ceil(gamma * n))
+
+
+def logistic(x: FloatArray, y: FloatArray, offset: FloatArray, l2: float, weight: FloatArray | None = None,
+             steps: int = 25) -> FloatArray:
+    """Weights of an L2-penalised logistic regression with a fixed offset and, optionally, a
+    weight per row, by Newton's method; the intercept (not penalised) last."""
     a = np.hstack([x, np.ones((len(x), 1))])
     w = np.zeros(a.shape[1])
+    rows = np.ones(len(y)) if weight is None else weight
     penalty = np.full(a.shape[1], l2)
     penalty[-1] = 1e-6
     for _ in range(steps):
         p = 0.5 * (1.0 + np.tanh(0.5 * (a @ w + offset)))
-        step = np.linalg.solve((a.T * (p * (1 - p))) @ a + np.diag(penalty), a.T @ (p - y) + penalty * w)
+        step = np.linalg.solve((a.T * (rows * p * (1 - p))) @ a + np.diag(penalty),
+                               a.T @ (rows * (p - y)) + penalty * w)
         w -= step
         if np.abs(step).max() < 1e-6:
             break

@@ -74,13 +74,17 @@ class Mirror:
         self._worst: list[float] | None = None
         self.view = self.space.sampler_view(sampler.ordered_choices)
         self.distributions = self.view.distributions
-        structured = None
+        structured = history = None
         if sampler.name == "lfbo":
-            structured = lfbo.structured_space(self.distributions, self.view.from_sampler, doc.kernel.backend,
-                                               doc.kernel.builtin, doc.kernel.workload)
+            kernel = doc.kernel
+            structured = lfbo.structured_space(self.distributions, self.view.from_sampler, kernel.backend,
+                                               kernel.builtin, kernel.workload)
+            learned = [(s.workload, s.distance, s.configs) for s in doc.warm_start_learned or []]
+            history = lfbo.history(structured, self.view.to_sampler, self.view.from_sampler, kernel.backend,
+                                   kernel.builtin, learned) if learned else None
         self.optuna = optuna.create_study(
             directions=self.directions,
-            sampler=samplers.build(sampler.name, sampler.seed, dict(sampler.options), structured),
+            sampler=samplers.build(sampler.name, sampler.seed, dict(sampler.options), structured, history),
         )
         self.storage = self.optuna._storage
         self.front: Front | None = None  # the study's front, loaded on first use

@@ -22,7 +22,7 @@ from optuna.samplers._ga._base import BaseGASampler
 from optuna.trial import FrozenTrial, TrialState
 
 from service.scheduling import engine
-from service.scheduling.lfbo import LFBOSampler, StructuredSpace
+from service.scheduling.lfbo import History, LFBOSampler, StructuredSpace
 from service.studies.document import DocumentError
 
 
@@ -201,12 +201,12 @@ def _range_problem(key: str, value: Any, n_objectives: int) -> str | None:
     return None
 
 
-def build(name: str, seed: int | None, options: dict[str, Any],
-          space: StructuredSpace | None = None) -> optuna.samplers.BaseSampler:
+def build(name: str, seed: int | None, options: dict[str, Any], space: StructuredSpace | None = None,
+          history: History | None = None) -> optuna.samplers.BaseSampler:
     """The sampler; `lfbo` scores the configurations of `space` (without one it samples at
-    random: enough to check a document's options)."""
+    random: enough to check a document's options), learning from `history` too."""
     if name == "lfbo":
-        return LFBOSampler(seed=seed, space=space, **options)
+        return LFBOSampler(seed=seed, space=space, history=history, **options)
     objects = {k: NAMED_OBJECT_OPTIONS[k][v]() for k, v in options.items()
                if name in _GENETIC and k in NAMED_OBJECT_OPTIONS and isinstance(v, str)}
     return SAMPLER_CLASSES[name](seed=seed, **{**options, **objects})  # type: ignore[call-arg]

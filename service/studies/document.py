@@ -142,6 +142,18 @@ class WarmSource(StrictModel):
     values: dict[str, float]  # what it measured there
 
 
+class LearnedFrom(StrictModel):
+    """A related study whose completed trials the study's `lfbo` sampler learns from
+    (warm_start: related; service.studies.transfer.learning_set)."""
+
+    study: int
+    team: bool  # whether that study is of the same team (else its owners share its trials)
+    workload: list[WorkloadShape]
+    target: dict[str, str | None]  # the device and toolchain of the worker that measured most of them
+    distance: float  # the shape and target distance (service.studies.transfer)
+    configs: list[dict[str, Scalar]]  # its completed trials' configurations, best first
+
+
 class Sampler(StrictModel):
     name: str = "auto"
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
@@ -312,6 +324,8 @@ class ResolvedDocument(StrictModel):
     warm_start_configs: list[dict[str, Scalar]] | None = Field(default=None, exclude_if=lambda value: value is None)
     # warm_start: related: where each of warm_start_configs came from
     warm_start_sources: list[WarmSource] | None = Field(default=None, exclude_if=lambda value: value is None)
+    # warm_start: related with the `lfbo` sampler: the related studies it learns from
+    warm_start_learned: list[LearnedFrom] | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @field_serializer("space")
     def _space_as_given(self, space: list[Parameter]) -> list[dict[str, Any]]:

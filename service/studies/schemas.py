@@ -10,7 +10,8 @@ from pydantic_core import CoreSchema
 
 from service.api.schemas import Utc
 from service.store.models import Study
-from service.studies.document import WarmSource, document_of
+from service.studies.document import LearnedFrom, WarmSource, document_of
+from wire.contract import WorkloadShape
 
 
 class DocumentedAs:
@@ -42,11 +43,27 @@ class Progress(BaseModel):
     infeasible_counted: bool = Field(default=True, description="whether infeasible trials count against max_trials")
 
 
+class LearnedOut(BaseModel):
+    study: int
+    team: bool = Field(description="whether that study is of the same team (else its owners share its trials)")
+    workload: list[WorkloadShape]
+    target: dict[str, str | None]
+    distance: float = Field(description="shape and target distance; each trial weighs 2**-distance of the study's own")
+    trials: int = Field(description="its completed trials the sampler learns from")
+
+    @classmethod
+    def of(cls, learned: LearnedFrom) -> LearnedOut:
+        return cls(study=learned.study, team=learned.team, workload=learned.workload, target=learned.target,
+                   distance=learned.distance, trials=len(learned.configs))
+
+
 class WarmStartOut(BaseModel):
     mode: str = Field(description="related | catalog | none (docs/api.md \"Warm start and transfer\")")
     configs: list[dict[str, Any]] = Field(description="what trials 1, 2, ... measure after the baseline")
     sources: list[WarmSource] = Field(description="warm_start related: the related trial each configuration "
                                                   "came from, in the same order")
+    learned_from: list[LearnedOut] = Field(default_factory=list, description=(
+        "warm_start related with the lfbo sampler: the related studies whose trials its classifier learns from"))
 
 
 class StudyOut(BaseModel):
@@ -94,7 +111,8 @@ class StudyOut(BaseModel):
             reference_point=dict(zip(document.objective_names, study.reference_point, strict=True)),
             created_at=study.created_at, updated_at=study.updated_at, finished_at=study.finished_at,
             warm_start=WarmStartOut(mode=document.warm_start or "none", configs=document.warm_configs,
-                                    sources=document.warm_start_sources or []),
+                                    sources=document.warm_start_sources or [],
+                                    learned_from=[LearnedOut.of(s) for s in document.warm_start_learned or []]),
             document=study.document if with_document else None,
         )
 

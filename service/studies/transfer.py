@@ -26,6 +26,16 @@ The one mechanism: the best configurations per nearest shape, enqueued first.
 Their values are not told to the sampler (they were measured on another shape or target, on
 another scale): the configurations are measured again and the sampler hears those
 measurements like any other; the values are kept to show what the study started from.
+
+The `lfbo` sampler also learns from related trials, near or far (`learning_set`): each related
+study's completed trials, ordered best first among themselves (by Pareto rank over the
+objectives both studies have, service.domain.pareto.best_first), join the sampler's own
+trials in its classifier, described by the kernel's structure model at their own shape, each
+weighing 2**-distance of one of the study's own (service.scheduling.lfbo.History). What
+makes a tile good or bad at any shape (pipeline depth, registers) carries over at once;
+what depends on the shape is told apart by the structure model's features and outweighed
+by the study's own trials as they come. Up to LEARNED_STUDIES studies, the nearest first,
+and LEARNED_TRIALS trials in all. Only ranks are used, never values.
 """
 
 from __future__ import annotations
@@ -36,10 +46,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.domain import pareto
 from wire.contract import WorkloadShape
 from wire.targets import WEIGHTS
 
 RELATED_TRIALS = 4
+LEARNED_STUDIES = 8
+LEARNED_TRIALS = 1000
 RANK_STEP = 1.0
 MAX_DISTANCE = 4.0  # 16x in one dim, or another device and 4x in one dim
 MISSING_DIM = 4.0
@@ -131,3 +144,53 @@ def pick(trials: Iterable[RelatedTrial], workload: Sequence[WorkloadShape], targ
 
 def config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Learned:
+    """A related study's trials for the sampler to learn from."""
+
+    study: int
+    team: bool
+    workload: list[WorkloadShape]
+    target: dict[str, str | None]
+    distance: float
+    configs: list[dict[str, Any]]  # best first
+
+
+def learning_set(trials: Iterable[RelatedTrial], workload: Sequence[WorkloadShape], target: dict[str, str | None],
+                 objectives: Sequence[tuple[str, bool]]) -> list[Learned]:
+    """The related studies the sampler learns from, nearest first (ties: the lower study id),
+    each with its trials that measured every one of the new study's `objectives` (name,
+    minimise) it measured at all, best first; at most LEARNED_STUDIES studies and
+    LEARNED_TRIALS trials (a study that would pass it gives its best ones). A study that
+    measured none of the objectives, or fewer than two trials, teaches nothing."""
+    by_study: dict[int, list[RelatedTrial]] = {}
+    for trial in trials:
+        by_study.setdefault(trial.study, []).append(trial)
+    nearest = sorted(by_study.values(), key=lambda t: (shape_distance(workload, t[0].workload) + target_distance(
+        target, _usual_target(t)), t[0].study))
+    learned: list[Learned] = []
+    room = LEARNED_TRIALS
+    for study_trials in nearest:
+        if len(learned) == LEARNED_STUDIES or room < 2:
+            break
+        measured = [name for name, _ in objectives if all(name in t.values for t in study_trials)]
+        if not measured or len(study_trials) < 2:
+            continue
+        sign = {name: 1.0 if minimize else -1.0 for name, minimize in objectives}
+        order = pareto.best_first([[sign[n] * float(t.values[n]) for n in measured] for t in study_trials])
+        first = study_trials[0]
+        usual = _usual_target(study_trials)
+        learned.append(Learned(study=first.study, team=first.team, workload=first.workload, target=usual,
+                               distance=shape_distance(workload, first.workload) + target_distance(target, usual),
+                               configs=[study_trials[i].config for i in order[:room]]))
+        room -= len(learned[-1].configs)
+    return learned
+
+
+def _usual_target(trials: Sequence[RelatedTrial]) -> dict[str, str | None]:
+    """The target most of a study's trials were measured on (ties: the first seen)."""
+    keys = [json.dumps(t.target, sort_keys=True) for t in trials]
+    usual = max(dict.fromkeys(keys), key=keys.count)
+    return trials[keys.index(usual)].target

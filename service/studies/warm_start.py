@@ -2,7 +2,8 @@
 its baseline, before the sampler proposes.
 
 - `warm_start: related` (the default for built-ins): the best configurations of related
-  studies, nearest shape first (`related`; the mechanism is service.studies.transfer).
+  studies, nearest shape first, and, for the `lfbo` sampler, the related studies' trials to
+  learn from (`related`; the mechanism is service.studies.transfer).
 - `warm_start: catalog`: the approved configurations of the kernel for the closest targets
   (service.artifacts.catalog.warm_start).
 - `sampler.warm_start`: the fronts of the earlier studies it names, and the configurations it
@@ -28,7 +29,7 @@ from service.domain.states import TrialState
 from service.errors import Invalid
 from service.store.models import Study, Trial, Worker
 from service.studies import transfer
-from service.studies.document import ResolvedDocument, WarmSource, document_of
+from service.studies.document import LearnedFrom, ResolvedDocument, WarmSource, document_of
 from service.studies.space import SearchSpace
 from wire.contract import KernelSpec
 
@@ -75,14 +76,22 @@ def related(session: Session, team_id: int, document: ResolvedDocument) -> None:
              for study_id, number, config, values, fingerprint, on_front in trials if values]
     first = document.objectives[0]
     listed = document.sampler.warm_start.configs if document.sampler.warm_start else []
-    picks = transfer.pick(found, document.kernel.workload, _pool_target(session, document.pool), first.name,
-                          first.direction == "minimize", [document.baseline, *listed])
+    target = _pool_target(session, document.pool)
+    picks = transfer.pick(found, document.kernel.workload, target, first.name, first.direction == "minimize",
+                          [document.baseline, *listed])
     document.warm_start_configs = [p.trial.config for p in picks]
     document.warm_start_sources = [
         WarmSource(study=p.trial.study, trial=p.trial.number, team=p.trial.team, workload=p.trial.workload,
                    target={k: v for k, v in p.trial.target.items() if v is not None}, distance=round(p.distance, 4),
                    values=p.trial.values)
         for p in picks]
+    if document.sampler.name == "lfbo":
+        objectives = [(o.name, o.direction == "minimize") for o in document.objectives]
+        document.warm_start_learned = [
+            LearnedFrom(study=s.study, team=s.team, workload=s.workload,
+                        target={k: v for k, v in s.target.items() if v is not None}, distance=round(s.distance, 4),
+                        configs=s.configs)
+            for s in transfer.learning_set(found, document.kernel.workload, target, objectives)] or None
 
 
 def _pool_target(session: Session, pool: str) -> dict[str, str | None]:

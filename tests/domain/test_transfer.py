@@ -1,5 +1,5 @@
-"""Transfer's one mechanism on its own (service.studies.transfer): distances and the order in
-which related trials are picked, against values worked out by hand."""
+"""Transfer on its own (service.studies.transfer): distances, the order in which related trials
+are picked and the related studies the sampler learns from, against values worked out by hand."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import pytest
 
 from service.studies.transfer import (
     DEVICE,
+    LEARNED_STUDIES,
+    LEARNED_TRIALS,
     MAX_DISTANCE,
     RelatedTrial,
+    learning_set,
     pick,
     shape_distance,
     shape_features,
@@ -104,3 +107,39 @@ def test_trials_farther_than_the_cut_off_are_not_taken() -> None:
     elsewhere = [trial(3, 1, 256, 1.0, gpu="MI300"), trial(4, 1, 512, 1.0, gpu="MI300")]
     picked = pick(elsewhere, shapes({"n": 64}), {"gpu": "H200"}, "runtime_ms", True, skip=[])
     assert [(p.trial.study, p.distance) for p in picked] == [(3, 4.0)]
+
+
+def two_objective(study: int, number: int, n: int, runtime: float, energy: float, gpu: str = "H200") -> RelatedTrial:
+    return RelatedTrial(study=study, number=number, team=True, workload=shapes({"n": n}), target={"gpu": gpu},
+                        config={"s": study, "t": number}, values={"runtime_ms": runtime, "energy_mj": energy},
+                        on_front=False)
+
+
+def test_the_learning_set_takes_every_study_nearest_first_each_best_first() -> None:
+    """Far studies are kept (they weigh less, service.scheduling.lfbo.History); within a study
+    the trials go by Pareto rank, then by mean rank per objective (worked out by hand)."""
+    far = [two_objective(1, 1, 4096, 1.0, 9.0), two_objective(1, 2, 4096, 2.0, 1.0)]  # distance 6
+    near = [two_objective(2, 1, 128, 3.0, 3.0),  # dominated by 2: rank 1
+            two_objective(2, 2, 128, 2.0, 2.0),  # front, mean rank (1 + 1) / 2 = 1
+            two_objective(2, 3, 128, 1.0, 4.0),  # front, mean rank (0 + 3) / 2 = 1.5
+            two_objective(2, 4, 128, 4.0, 0.5)]  # front, mean rank (3 + 0) / 2 = 1.5, then by index
+    other_gpu = [two_objective(3, 1, 64, 1.0, 1.0, gpu="MI300"), two_objective(3, 2, 64, 2.0, 2.0, gpu="MI300")]
+    learned = learning_set([*far, *near, *other_gpu], shapes({"n": 64}), {"gpu": "H200"},
+                           [("runtime_ms", True), ("energy_mj", True)])
+    assert [(s.study, s.distance) for s in learned] == [(2, 1.0), (3, DEVICE), (1, 6.0)]
+    assert [c["t"] for c in learned[0].configs] == [2, 3, 4, 1]
+    # an objective maximised ranks the largest first
+    assert [c["t"] for c in learning_set(far, shapes({"n": 64}), {}, [("energy_mj", True)])[0].configs] == [2, 1]
+    assert [c["t"] for c in learning_set(far, shapes({"n": 64}), {}, [("energy_mj", False)])[0].configs] == [1, 2]
+
+
+def test_the_learning_set_is_bounded_and_skips_what_cannot_teach() -> None:
+    one = [two_objective(1, 1, 64, 1.0, 1.0)]  # a single trial ranks nothing
+    other = [RelatedTrial(study=2, number=n, team=True, workload=shapes({"n": 64}), target={}, config={"n": n},
+                          values={"p99_ms": 1.0}, on_front=False) for n in range(3)]  # none of the objectives
+    assert learning_set([*one, *other], shapes({"n": 64}), {}, [("runtime_ms", True)]) == []
+    many = [two_objective(s, n, 64 * 2 ** s, float(n), float(n)) for s in range(LEARNED_STUDIES + 2) for n in range(3)]
+    assert len(learning_set(many, shapes({"n": 64}), {}, [("runtime_ms", True)])) == LEARNED_STUDIES
+    big = [two_objective(s, n, 64 * 2 ** s, float(n), 1.0) for s in range(2) for n in range(LEARNED_TRIALS)]
+    learned = learning_set(big, shapes({"n": 64}), {}, [("runtime_ms", True)])
+    assert [len(s.configs) for s in learned] == [LEARNED_TRIALS]

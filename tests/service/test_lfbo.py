@@ -154,6 +154,52 @@ def test_the_logistic_regression_minimises_its_penalised_likelihood() -> None:
     assert np.allclose(lfbo.logistic(x, y, offset, 2.0), reference, atol=1e-4)
 
 
+def test_the_weighted_regression_minimises_its_weighted_penalised_likelihood() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(30, 3))
+    y = (x[:, 1] + rng.normal(size=30) > 0).astype(float)
+    offset, weight = rng.normal(size=30), rng.uniform(0.01, 2.0, size=30)
+
+    def loss(w: np.ndarray) -> float:
+        z = x @ w[:-1] + w[-1] + offset
+        return float(np.sum(weight * (np.logaddexp(0, z) - y * z)) + 0.5 * np.sum(w[:-1] ** 2)
+                     + 0.5 * 1e-6 * w[-1] ** 2)
+
+    reference = minimize(loss, np.zeros(4), method="BFGS", options={"gtol": 1e-9}).x
+    assert np.allclose(lfbo.logistic(x, y, offset, 1.0, weight), reference, atol=1e-4)
+
+
+def learned_from(best_b: int, distance: float, space: lfbo.StructuredSpace) -> lfbo.History | None:
+    """A related study of 36 trials whose best half all have b = best_b."""
+    configs = [{"a": a, "b": b, "c": 0} for b in (best_b, 1) for a in range(6) for _ in range(3)]
+    ordered = sorted(configs, key=lambda c: c["b"] != best_b)
+    return lfbo.history(space, lambda c: c, lambda p: p, "cpu", None,
+                        [([WorkloadShape(dims={"n": 1})], distance, ordered)])
+
+
+def test_related_trials_steer_the_first_proposals_by_their_distance() -> None:
+    """The prior prefers b = 1 (by 2 logits over b = 32). A related study whose best trials have
+    b = 32 turns the first proposals, made before anything is measured, to b = 32 when it is
+    near; 12 doublings away it weighs 2**-12 of a trial of the study's own and leaves them to
+    the prior."""
+    space = described(lambda p: -0.2 * math.log2(p["b"]))
+
+    def first_b(history: lfbo.History | None) -> list[int]:
+        return [p["b"] for seed in range(10)
+                for p in drive(samplers.build("lfbo", seed, {}, space, history), 2, seed=seed)]
+
+    assert first_b(None) == [1] * 20
+    assert first_b(learned_from(32, 0.0, space)) == [32] * 20
+    assert first_b(learned_from(32, 12.0, space)) == [1] * 20
+
+
+def test_history_labels_each_related_study_on_its_own() -> None:
+    two = lfbo.History(np.zeros((12, 1)), np.zeros(12), [(0, i) for i in range(8)] + [(1, i) for i in range(4)],
+                       np.ones(12))
+    # gamma 0.25: the best 2 of the first study's 8, the best 1 of the second's 4
+    assert two.labels(0.25).tolist() == [1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+
+
 def test_a_space_is_described_by_the_builtins_structure_model_over_its_shapes() -> None:
     view = {"BLOCK_M": CategoricalDistribution((64, 128)), "BLOCK_N": CategoricalDistribution((64, 256)),
             "num_warps": CategoricalDistribution((4, 8))}

@@ -49,7 +49,8 @@ def looked(api: Api, body: dict[str, Any], headers: dict[str, str]) -> dict[str,
 def swept(api: Api, n: int, headers: dict[str, str], worker: tuple[dict[str, str], int], **changes: Any) -> int:
     """A study of shape n over the whole space (grid: every configuration), run to the end."""
     study = create(api, doc(n, sampler={"name": "grid"}, budget={"max_trials": 100}, **changes), headers)
-    assert study["warm_start"] == {"mode": "none", "configs": [], "sources": []}  # a grid walks the grid
+    # a grid walks the grid
+    assert study["warm_start"] == {"mode": "none", "configs": [], "sources": [], "learned_from": []}
     api.run_worker(worker, measured)
     return int(study["id"])
 
@@ -84,7 +85,7 @@ def test_a_new_shape_starts_from_the_nearest_shapes_best(api: Api) -> None:
     assert page["warm_start"] == warm and page["document"]["warm_start_sources"] == warm["sources"]
 
     cold = create(api, doc(128, warm_start="none"), api.admin)
-    assert cold["warm_start"] == {"mode": "none", "configs": [], "sources": []}
+    assert cold["warm_start"] == {"mode": "none", "configs": [], "sources": [], "learned_from": []}
 
 
 def test_other_teams_trials_only_where_their_owners_share_them(api: Api) -> None:
@@ -105,6 +106,38 @@ def test_other_teams_trials_only_where_their_owners_share_them(api: Api) -> None
     wider = looked(api, doc(4096), ours)  # distance 6 from n=64, 1 from the shared n=2048
     assert [s["study"] for s in wider["sources"]] == [shared] * 4
     assert unshared not in {s["study"] for s in [*first["sources"], *again["sources"], *wider["sources"]]}
+
+
+def test_an_lfbo_study_learns_from_every_related_study_it_may_read(api: Api) -> None:
+    """Its classifier learns from the related studies' trials, the far ones too, its team's and
+    those shared with it; another sampler does not, nor does `warm_start: none`."""
+    worker = api.worker(("cpu",))
+    ours = api.headers(api.token(team="learners"))
+    theirs = api.headers(api.token(team="teachers"))
+    near = swept(api, 64, ours, worker)
+    far = swept(api, 65536, ours, worker)  # distance 9 from n=128: beyond what a study starts from
+    shared = swept(api, 256, theirs, worker, share_trials=True)
+    unshared = swept(api, 128, theirs, worker)
+    study = create(api, doc(128, sampler={"name": "lfbo", "seed": 1}), ours)
+    learned = study["warm_start"]["learned_from"]
+    completed = {s: api.client.get(f"/v1/studies/{s}", headers=owner).json()["progress"]["completed"]
+                 for s, owner in ((near, ours), (shared, theirs), (far, ours))}
+    assert [(s["study"], s["distance"], s["team"], s["trials"]) for s in learned] == \
+        [(near, 1.0, True, completed[near]), (shared, 1.0, False, completed[shared]), (far, 9.0, True, completed[far])]
+    assert far not in {s["study"] for s in study["warm_start"]["sources"]}
+    stored = study["document"]["warm_start_learned"]
+    # each study's configurations best first: n=64's front is its best tile (8) under each option
+    # (tied on their mean rank), then the front of the rest: tile 16 under each
+    configs = stored[0]["configs"]
+    assert sorted(c["opt"] for c in configs[:2]) == ["-O2", "-O3"] and {c["TILE_M"] for c in configs[:2]} == {8}
+    assert configs[2]["TILE_M"] == 16 and configs[-1]["TILE_M"] == 32
+    assert unshared not in {s["study"] for s in learned}
+    assert looked(api, doc(128), ours)["learned_from"] == []  # random
+    assert looked(api, doc(128, sampler={"name": "lfbo"}, warm_start="none"), ours)["learned_from"] == []
+    api.quiesce()
+    api.run_worker(worker, measured)  # and it runs: the sampler is built with them
+    page = api.client.get(f"/v1/studies/{study['id']}", headers=ours).json()
+    assert page["state"] == "completed" and page["progress"]["completed"] == 8
 
 
 def test_related_warm_start_is_refused_clearly_for_a_grid(api: Api) -> None:

@@ -72,6 +72,24 @@ def test_the_study_page_says_what_it_started_from(page: Any, studies: tuple[Live
     assert page.locator("#started-from").count() == 0
 
 
+def test_the_study_page_says_what_its_sampler_learns_from(page: Any, studies: tuple[LiveService, str, int, int]
+                                                          ) -> None:
+    """An `lfbo` study's classifier learns from the related study's trials: one line per study."""
+    service, member, earlier, _ = studies
+    with service.client(member) as api:
+        created = api.post("/v1/studies", json={**document(256, "lfbo"), "name": "learns"})
+        assert created.status_code == 201, created.text
+        learned = created.json()["warm_start"]["learned_from"]
+        completed = api.get(f"/v1/studies/{earlier}").json()["progress"]["completed"]
+    assert [(s["study"], s["trials"]) for s in learned] == [(earlier, completed)]
+    sign_in(page, service.url, member)
+    open_study(page, service.url, created.json()["id"])
+    card = page.locator("#started-from")
+    card.wait_for()
+    line = card.locator("li").last.text_content()
+    assert f"learns from study #{earlier}: {completed} trials, n=64" in line and "distance 2" in line, line
+
+
 def test_the_study_page_shows_its_workload_as_a_histogram(page: Any, studies: tuple[LiveService, str, int, int]
                                                           ) -> None:
     """A traffic import's buckets and weights: one bar per shape, its share of the total weight."""

@@ -442,18 +442,22 @@ class StudyPage {
 }
 
 /** What the study measured first after its baseline: the related trials (warm_start: related)
- * or the configurations of the catalog and the document. */
+ * or the configurations of the catalog and the document; and the related studies its sampler
+ * learns from. */
 function startedFrom(warm) {
-  if (!warm || !warm.configs.length) return null;
+  const learned = (warm && warm.learned_from) || [];
+  if (!warm || (!warm.configs.length && !learned.length)) return null;
   const shape = (workload) => workload.map((w) => Object.entries(w.dims).map(([k, v]) => `${k}=${v}`).join(" ")).join("; ");
+  const study = (src) => src.team ? h("a", { href: `/ui/studies/${src.study}` }, `study #${src.study}`) : `shared study #${src.study}`;
+  const learnedRows = learned.map((src) => h("li", null, "learns from ", study(src), `: ${src.trials} trials, ${shape(src.workload)}`,
+    h("span", { class: "muted" }, ` (distance ${src.distance}, weight ${(2 ** -src.distance).toPrecision(2)} each)`)));
   const rows = warm.sources.length
     ? warm.sources.map((src, i) => h("li", null,
       h("span", null, `trial ${i + 1}: `),
-      src.team ? h("a", { href: `/ui/studies/${src.study}` }, `study #${src.study}`) : `shared study #${src.study}`,
-      ` trial ${src.trial}, ${shape(src.workload)}`, src.target.gpu || src.target.cpu ? `, ${src.target.gpu || src.target.cpu}` : "",
+      study(src), ` trial ${src.trial}, ${shape(src.workload)}`, src.target.gpu || src.target.cpu ? `, ${src.target.gpu || src.target.cpu}` : "",
       h("span", { class: "muted" }, ` (distance ${src.distance})`)))
     : warm.configs.map((c, i) => h("li", null, `trial ${i + 1}: `, h("code", null, JSON.stringify(c))));
-  return card(`Started from (${warm.mode})`, { id: "started-from" }, h("ul", { class: "started-from" }, rows));
+  return card(`Started from (${warm.mode})`, { id: "started-from" }, h("ul", { class: "started-from" }, [...rows, ...learnedRows]));
 }
 
 /** The shapes the study measures and their weights (a traffic import's buckets) as a
