@@ -203,12 +203,8 @@ class LFBOSampler(BaseSampler):
         logit = self._prior_scale * space.prior + rng.normal(0.0, 1e-3, len(space.points))  # ties at random
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         measured = [t for t in complete if _feasible(t)]
-        rows = np.array([space.index[_key(t.params)] for t in measured], dtype=int)
-        x, y, offset = space.features[rows], np.zeros(len(rows)), logit[rows]
-        if len(measured) >= 2:
-            y = best_share([_minimised(t.values, study.directions) for t in measured], self._gamma)
         if len(measured) >= 2 or self._history is not None:
-            x, y, offset, weight = self._with_history(x, y, offset, len(measured) >= 2)
+            x, y, offset, weight = self._rows(space, measured, logit, study.directions)
             take = rng.integers(len(y), size=len(y))
             weights = logistic(x[take], y[take], offset[take], self._l2, weight[take])
             logit = logit + space.features @ weights[:-1] + weights[-1]
@@ -225,17 +221,20 @@ class LFBOSampler(BaseSampler):
         return dict(space.points[int(np.argmax(logit))])
 
 
-    def _with_history(self, x: FloatArray, y: FloatArray, offset: FloatArray, own: bool
-                      ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-        """The rows to fit: the study's own (when `own`: two measured at least) and the history's."""
-        if not own:
-            x, y, offset = x[:0], y[:0], offset[:0]
-        weight = np.ones(len(y))
-        if self._history is None:
-            return x, y, offset, weight
-        h = self._history
-        return (np.vstack([x, h.features]), np.concatenate([y, h.labels(self._gamma)]),
-                np.concatenate([offset, self._prior_scale * h.prior]), np.concatenate([weight, h.weights]))
+    def _rows(self, space: StructuredSpace, measured: list[FrozenTrial], logit: FloatArray,
+              directions: list[StudyDirection]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """The regression's rows (features, labels, offsets, weights): the measured trials, two
+        at least, and the history's."""
+        parts = []
+        if len(measured) >= 2:
+            rows = np.array([space.index[_key(t.params)] for t in measured])
+            labels = best_share([_minimised(t.values, directions) for t in measured], self._gamma)
+            parts.append((space.features[rows], labels, logit[rows], np.ones(len(rows))))
+        if self._history is not None:
+            h = self._history
+            parts.append((h.features, h.labels(self._gamma), self._prior_scale * h.prior, h.weights))
+        x, y, offset, weight = (np.concatenate(column) for column in zip(*parts, strict=True))
+        return x, y, offset, weight
 
 
 def best_share(values: list[list[float]], gamma: float) -> FloatArray:

@@ -413,12 +413,51 @@ def test_a_warm_runner_in_namespaces_loses_what_each_trial_left_and_serves_one_s
         assert [r.environment["sandbox"]["trials_served"] for r in served] == [1, 2, 1, 3]
         assert with_marker(marker) == []  # each trial's child died with its trial
         runners = pool.runners[("run", "python")]
-        assert [r.study_id for r in runners] == [1, 2] and all(r.alive() for r in runners)
+        # a spare, which has served no study, waits for the next new study
+        assert [r.study_id for r in runners] == [1, 2, None] and all(r.alive() for r in runners)
+        assert runners[2].served == 0
         assert [p for p in processes_of_uid(sandbox.isolation.identity("run").uid)] != []  # the runner itself
     finally:
         pool.close()
         sandbox.close()
     assert processes_of_uid(sandbox.isolation.identity("run").uid) == []
+
+
+def test_a_new_study_finds_a_spare_runner_already_started_where_namespaces_separate_them(tmp_path):
+    """When a study takes a runner that served no study, a spare starts for the next new study;
+    that study takes the spare (started before it came) and another spare starts. One spare at
+    a time; idle runners of other studies do not count it against `keep_idle`."""
+    from workers.sandbox.runner import RunnerPool
+
+    sandbox = Sandbox(work_root=tmp_path / "work")
+    sandbox.isolation = choose("namespaces", work_root=sandbox.root, hidden=[])
+    pool = RunnerPool(sandbox.root / "runners", sandbox=sandbox, keep_idle=1)
+    try:
+        first = pool.get("run", "python", 1)
+        assert first is not None
+        spare = pool.runners[("run", "python")][-1]
+        assert spare is not first and spare.study_id is None and pool.started == 2
+        pool.release(first)
+        assert pool.get("run", "python", 1) is first  # its own study's runner again: no new spare
+        pool.release(first)
+        assert pool.started == 2
+        second = pool.get("run", "python", 2)
+        assert second is spare and second.study_id == 2  # started before study 2 came
+        assert pool.started == 3 and [r.study_id for r in pool.runners[("run", "python")]] == [1, 2, None]
+        assert second.ready_info() is not None or second.alive()
+        pool.release(second)
+        third = pool.get("run", "python", 3)  # keep_idle 1: study 1's runner, least recently used, goes
+        assert third.study_id == 3 and not first.alive() and second.alive()
+        assert [r.study_id for r in pool.runners[("run", "python")]] == [2, 3, None]
+    finally:
+        pool.close()
+    several = RunnerPool(sandbox.root / "several", sandbox=sandbox, spares=lambda phase: 2)  # two compilers
+    try:
+        assert several.get("compile", "python", 1) is not None
+        assert [r.study_id for r in several.runners[("compile", "python")]] == [1, None, None]
+    finally:
+        several.close()
+        sandbox.close()
 
 
 def test_runners_of_alternating_studies_stay_warm_where_namespaces_separate_them(tmp_path):
@@ -438,13 +477,13 @@ def test_runners_of_alternating_studies_stay_warm_where_namespaces_separate_them
             handed.append(runner)
             pool.release(runner)
         assert handed[0] is handed[2] is handed[4] and handed[1] is handed[3] and handed[0] is not handed[1]
-        assert pool.started == 2 and all(r.alive() for r in handed)
+        assert pool.started == 3 and all(r.alive() for r in handed)  # and a spare
         third = pool.get("run", "python", 3)  # a third idle runner would be one too many only once it is idle
         assert third is not None and all(r.alive() for r in handed)
         pool.release(third)
         assert pool.get("run", "python", 4) is not None
         assert not handed[1].alive() and handed[0].alive()  # study 2's was the least recently used
-        assert [r.study_id for r in pool.runners[("run", "python")]] == [1, 3, 4]
+        assert [r.study_id for r in pool.runners[("run", "python")]] == [1, 3, 4, None]
     finally:
         pool.close()
         sandbox.close()

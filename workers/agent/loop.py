@@ -124,7 +124,8 @@ class Agent:
         self.measure_cpus, self.compile_cpus, self.compile_needs_device = assign_cpus(settings)
         self.runners = RunnerPool(self.sandbox.root / "runners", env_for=self._phase_env, warm_for=self._warm_for,
                                   sandbox=self.sandbox, start_timeout_s=settings.runner_start_timeout_s,
-                                  keep_idle=settings.idle_runners)
+                                  keep_idle=settings.idle_runners,
+                                  spares=lambda phase: self.leasers if phase == "compile" else 1)
         self.context = Context(self.cache, self.sandbox, self.runners, self.compile_cpus, self.measure_cpus)
 
     def _phase_env(self, phase: str) -> dict[str, str]:

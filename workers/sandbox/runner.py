@@ -271,7 +271,8 @@ class WarmRunner:
 class RunnerPool:
     """The agent's warm runners per (phase, backend): as many as are in use at once (the
     agent's compilers for the compile phase, one for the run phase), created on first use
-    and replaced after every trial that did not end cleanly."""
+    and replaced after every trial that did not end cleanly; with namespaces, spares for the
+    next new study (`get`)."""
 
     def __init__(
         self,
@@ -283,9 +284,11 @@ class RunnerPool:
         start_timeout_s: float = 180.0,
         log_limit: int = 4096,
         keep_idle: int = 3,
+        spares: Callable[[str], int] = lambda phase: 1,
     ) -> None:
         self.root = Path(root)
         self.keep_idle = keep_idle
+        self.spares = spares  # phase -> spare runners kept with namespaces (as many as a new study takes at once)
         self.sandbox = sandbox or default_sandbox()
         self.env_for = env_for  # phase -> environment of that phase's processes (None: the sandbox's)
         self.warm_for = warm_for  # backend -> whether its trials use warm runners
@@ -310,7 +313,14 @@ class RunnerPool:
         share a worker, and their trials alternate), up to `keep_idle` idle ones per phase
         and backend, the least recently used going first. Without namespaces the runners of
         a phase share its sandbox uid, so an idle runner of another study is killed before
-        this study's job runs beside it."""
+        this study's job runs beside it.
+
+        With namespaces, when a study takes a runner that served no study, spares start for
+        the next new study (`spares(phase)`: as many as it takes at once), so that its first
+        trials do not wait for a runner to start
+        (the interpreter, torch or Triton, a CUDA context: seconds); a spare has served no
+        study, and its namespaces keep the jobs running beside it away from it. Without
+        namespaces a job could reach a spare through the shared uid: none is kept."""
         if not self.warm_for(backend):
             return None
         with self.lock:
@@ -322,7 +332,8 @@ class RunnerPool:
                 (r for r in idle if None in (r.study_id, study_id)), None)
             others = sorted((r for r in idle if r is not runner and r.study_id not in (None, study_id)),
                             key=lambda r: r.last_used)
-            excess = len(idle) - (runner is not None) - self.keep_idle
+            unbound = sum(r is not runner and r.study_id is None for r in idle)  # spares do not count
+            excess = len(idle) - (runner is not None) - unbound - self.keep_idle
             gone = others[:max(0, excess)] if self.sandbox.isolation.namespaces else others
             for other in gone:
                 other.kill()
@@ -336,9 +347,13 @@ class RunnerPool:
             if phase == "compile" and not self.runners.get(("run", backend)):
                 # the run phase warms up while the first trial compiles
                 self.runners[("run", backend)] = [self._start("run", backend)]
+            new_study = runner.study_id is None and study_id is not None
             runner.study_id = study_id if study_id is not None else runner.study_id
             runner.last_used = time.monotonic()
             self.busy.add(runner)
+            if new_study and self.sandbox.isolation.namespaces:
+                for _ in range(self.spares(phase) - sum(r.study_id is None for r in kept)):
+                    kept.append(self._start(phase, backend))
             return runner
 
     def release(self, runner: WarmRunner) -> None:
