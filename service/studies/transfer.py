@@ -31,11 +31,11 @@ The `lfbo` sampler also learns from related trials, near or far (`learning_set`)
 study's completed trials, ordered best first among themselves (by Pareto rank over the
 objectives both studies have, service.domain.pareto.best_first), join the sampler's own
 trials in its classifier, described by the kernel's structure model at their own shape, each
-weighing 2**-distance of one of the study's own (service.scheduling.lfbo.History). What
-makes a tile good or bad at any shape (pipeline depth, registers) carries over at once;
-what depends on the shape is told apart by the structure model's features and outweighed
-by the study's own trials as they come. Up to LEARNED_STUDIES studies, the nearest first,
-and LEARNED_TRIALS trials in all. Only ranks are used, never values.
+weighing 2**-distance of one of the study's own (service.scheduling.lfbo.History), so that
+what makes a configuration good at any shape (pipeline depth, registers) can carry over
+from the first ask, while the study's own trials outweigh the rest as they come. Up to
+LEARNED_STUDIES studies, the nearest first, and LEARNED_TRIALS trials in all. Only ranks
+are used, never values.
 """
 
 from __future__ import annotations
