@@ -168,23 +168,25 @@ def learning_set(trials: Iterable[RelatedTrial], workload: Sequence[WorkloadShap
     by_study: dict[int, list[RelatedTrial]] = {}
     for trial in trials:
         by_study.setdefault(trial.study, []).append(trial)
-    nearest = sorted(by_study.values(), key=lambda t: (shape_distance(workload, t[0].workload) + target_distance(
-        target, _usual_target(t)), t[0].study))
+    placed = []  # (distance, study id, its usual target, its trials)
+    for study_trials in by_study.values():
+        usual = _usual_target(study_trials)
+        distance = shape_distance(workload, study_trials[0].workload) + target_distance(target, usual)
+        placed.append((distance, study_trials[0].study, usual, study_trials))
+    placed.sort(key=lambda p: p[:2])
+    sign = {name: 1.0 if minimize else -1.0 for name, minimize in objectives}
     learned: list[Learned] = []
     room = LEARNED_TRIALS
-    for study_trials in nearest:
+    for distance, _, usual, study_trials in placed:
         if len(learned) == LEARNED_STUDIES or room < 2:
             break
         measured = [name for name, _ in objectives if all(name in t.values for t in study_trials)]
         if not measured or len(study_trials) < 2:
             continue
-        sign = {name: 1.0 if minimize else -1.0 for name, minimize in objectives}
         order = pareto.best_first([[sign[n] * float(t.values[n]) for n in measured] for t in study_trials])
         first = study_trials[0]
-        usual = _usual_target(study_trials)
         learned.append(Learned(study=first.study, team=first.team, workload=first.workload, target=usual,
-                               distance=shape_distance(workload, first.workload) + target_distance(target, usual),
-                               configs=[study_trials[i].config for i in order[:room]]))
+                               distance=distance, configs=[study_trials[i].config for i in order[:room]]))
         room -= len(learned[-1].configs)
     return learned
 

@@ -82,16 +82,21 @@ def related(session: Session, team_id: int, document: ResolvedDocument) -> None:
     document.warm_start_configs = [p.trial.config for p in picks]
     document.warm_start_sources = [
         WarmSource(study=p.trial.study, trial=p.trial.number, team=p.trial.team, workload=p.trial.workload,
-                   target={k: v for k, v in p.trial.target.items() if v is not None}, distance=round(p.distance, 4),
+                   target=_known(p.trial.target), distance=round(p.distance, 4),
                    values=p.trial.values)
         for p in picks]
     if document.sampler.name == "lfbo":
         objectives = [(o.name, o.direction == "minimize") for o in document.objectives]
         document.warm_start_learned = [
             LearnedFrom(study=s.study, team=s.team, workload=s.workload,
-                        target={k: v for k, v in s.target.items() if v is not None}, distance=round(s.distance, 4),
+                        target=_known(s.target), distance=round(s.distance, 4),
                         configs=s.configs)
             for s in transfer.learning_set(found, document.kernel.workload, target, objectives)] or None
+
+
+def _known(target: dict[str, str | None]) -> dict[str, str | None]:
+    """A target's fields that the worker reported."""
+    return {k: v for k, v in target.items() if v is not None}
 
 
 def _pool_target(session: Session, pool: str) -> dict[str, str | None]:

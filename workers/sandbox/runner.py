@@ -317,10 +317,10 @@ class RunnerPool:
 
         With namespaces, when a study takes a runner that served no study, spares start for
         the next new study (`spares(phase)`: as many as it takes at once), so that its first
-        trials do not wait for a runner to start
-        (the interpreter, torch or Triton, a CUDA context: seconds); a spare has served no
-        study, and its namespaces keep the jobs running beside it away from it. Without
-        namespaces a job could reach a spare through the shared uid: none is kept."""
+        trials do not wait for a runner to start (the interpreter, torch or Triton, a CUDA
+        context: seconds); a spare has served no study, and its namespaces keep the jobs
+        running beside it away from it. Without namespaces a job could reach a spare through
+        the shared uid: none is kept."""
         if not self.warm_for(backend):
             return None
         with self.lock:
@@ -332,8 +332,8 @@ class RunnerPool:
                 (r for r in idle if None in (r.study_id, study_id)), None)
             others = sorted((r for r in idle if r is not runner and r.study_id not in (None, study_id)),
                             key=lambda r: r.last_used)
-            unbound = sum(r is not runner and r.study_id is None for r in idle)  # spares do not count
-            excess = len(idle) - (runner is not None) - unbound - self.keep_idle
+            # idle runners kept beyond the one handed out, spares aside
+            excess = sum(r is not runner and r.study_id is not None for r in idle) - self.keep_idle
             gone = others[:max(0, excess)] if self.sandbox.isolation.namespaces else others
             for other in gone:
                 other.kill()
