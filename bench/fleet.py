@@ -62,10 +62,14 @@ def study_document(name: str, trials: int, parallelism: int, seed: int) -> dict[
 
 def server_cpu_seconds(pid: int) -> float:
     """CPU time of a process and its live children (a server of several processes)."""
-    total = 0.0
-    for task in [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]:
+    children: set[int] = set()  # started by any of its threads (a scheduler process by a keeper thread)
+    for listing in Path(f"/proc/{pid}/task").glob("*/children"):
         with contextlib.suppress(FileNotFoundError):
-            total += cpu_seconds(task)
+            children.update(map(int, listing.read_text().split()))
+    total = 0.0
+    for process in (pid, *children):
+        with contextlib.suppress(FileNotFoundError):
+            total += cpu_seconds(process)
     return total
 
 

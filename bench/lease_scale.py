@@ -5,16 +5,22 @@ queued trials and the studies of a pool grow.
 
 For each shape STUDIESxPARALLELISM, on a fresh Postgres database: that many studies of four
 teams, each keeping `parallelism` trials in flight (so studies x parallelism are queued),
-then one worker leases and reports `--cycles` trials in a row (`queued`: the trials queued when
-it starts, studies x parallelism or what the studies queued once none queues more), each result asking for the next
-lease (the agent's way). Reported: the median and p99 of that request (report + lease), and
-the server's CPU per trial. Flat: p99 at the largest queue within noise of the smallest.
+then one worker leases and reports trials in a row (`queued`: the trials queued when it
+starts, studies x parallelism or what the studies queued once none queues more), each result
+asking for the next lease (the agent's way). A first pass of one cycle per study (fair share
+takes them in turn) is reported apart: a study's first lease and result in a process read what
+the process then keeps of it (its document, front and baseline). Then `--cycles` more are
+measured. Reported: the median and p99 of that request (report + lease) in both, and the
+server's CPU per trial over the measured cycles. Flat: p99 at the largest queue within noise
+of the smallest.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,9 +41,10 @@ from helpers import create_postgres_database, drop_postgres_database, start_serv
 TEAMS = ("t1", "t2", "t3", "t4")
 
 
-def run(studies: int, parallelism: int, cycles: int) -> dict[str, Any]:
+def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None,
+        serve_args: tuple[str, ...] = ()) -> dict[str, Any]:
     db_url = create_postgres_database()
-    service = start_service(db_url, Path(tempfile.mkdtemp(prefix="lease-scale-")))
+    service = start_service(db_url, Path(tempfile.mkdtemp(prefix="lease-scale-")), serve_args=serve_args)
     try:
         admin = service.client()
         clients = {t: service.client(service.make_user_token("admin", t)) for t in TEAMS}
@@ -60,25 +67,42 @@ def run(studies: int, parallelism: int, cycles: int) -> dict[str, Any]:
             queued = now
         engine.dispose()
         held = worker.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 5}).json()
-        cpu_before = server_cpu_seconds(service.process.pid)
-        latencies = []
-        for _ in range(cycles):
+
+        def cycle() -> float:
+            """Report the held trial and take the next lease with it; the request's milliseconds."""
+            nonlocal held
             values = objective(held["trial"]["config"])
             body = {"status": "completed", "metrics": {k: {"value": v} for k, v in values.items()}, "next_lease": True}
             t0 = time.perf_counter()
             ack = worker.post(f"/v1/leases/{held['token']}/result", json=body)
-            latencies.append((time.perf_counter() - t0) * 1e3)
+            elapsed = (time.perf_counter() - t0) * 1e3
             ack.raise_for_status()
             held = ack.json()["next_lease"]
             if held is None:
                 held = worker.post("/v1/leases", json={"worker_id": worker_id, "wait_s": 5}).json()
+            return elapsed
+
+        # the first pass: fair share takes each study in turn, and each study's first lease and
+        # result in a process read what the process keeps of it (its document, front, baseline)
+        first_pass = [cycle() for _ in range(studies)]
+        cpu_before = server_cpu_seconds(service.process.pid)
+        spy = None if profile is None else subprocess.Popen(
+            ["py-spy", "record", "--pid", str(service.process.pid), "--rate", "200", "--format", "raw",
+             "--output", str(profile / f"lease_scale_{studies}x{parallelism}.txt")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        latencies = [cycle() for _ in range(cycles)]
         cpu = server_cpu_seconds(service.process.pid) - cpu_before
+        if spy is not None:  # py-spy writes its profile when interrupted
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
         for c in (admin, worker, *clients.values()):
             c.close()
     finally:
         service.stop()
         drop_postgres_database(db_url)
     return {"studies": studies, "parallelism": parallelism, "queued": queued, "cycles": cycles,
+            "first_pass_p50_ms": round(float(np.percentile(first_pass, 50)), 2),
+            "first_pass_p99_ms": round(float(np.percentile(first_pass, 99)), 2),
             "p50_ms": round(float(np.percentile(latencies, 50)), 2),
             "p99_ms": round(float(np.percentile(latencies, 99)), 2),
             "server_cpu_ms_per_trial": round(1000 * cpu / cycles, 2)}
@@ -90,16 +114,23 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=400)
     parser.add_argument("--shapes", default="1x100,1x1000,10x100,100x100,400x25")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--scheduler-process", action="store_true",
+                        help="the server steps its studies in a scheduler process of its own (its CPU is counted too)")
+    parser.add_argument("--profile", type=Path, help="a folder: py-spy records the server over the cycles of each "
+                        "shape there (collapsed stacks, lease_scale_SxP.txt)")
     args = parser.parse_args()
     rows = []
     for shape in args.shapes.split(","):
         studies, parallelism = (int(x) for x in shape.split("x"))
-        rows.append(run(studies, parallelism, args.cycles))
+        rows.append(run(studies, parallelism, args.cycles, args.profile,
+                        ("--scheduler-process",) if args.scheduler_process else ()))
         print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{'studies':>8} {'parallelism':>12} {'queued':>8} {'p50 ms':>8} {'p99 ms':>8} {'server ms/trial':>16}")
+    print(f"\n{'studies':>8} {'parallelism':>12} {'queued':>8} {'first pass p50/p99':>19} {'p50 ms':>8} {'p99 ms':>8}"
+          f" {'server ms/trial':>16}")
     for r in rows:
-        print(f"{r['studies']:>8} {r['parallelism']:>12} {r['queued']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
-              f"{r['server_cpu_ms_per_trial']:>16}")
+        first = f"{r['first_pass_p50_ms']}/{r['first_pass_p99_ms']}"
+        print(f"{r['studies']:>8} {r['parallelism']:>12} {r['queued']:>8} {first:>19} {r['p50_ms']:>8} "
+              f"{r['p99_ms']:>8} {r['server_cpu_ms_per_trial']:>16}")
     if args.out:
         args.out.write_text(json.dumps({"date": date.today().isoformat(), "machine": machine(),
                                         "command": "bench/lease_scale.py " + " ".join(sys.argv[1:]),
