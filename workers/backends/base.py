@@ -38,9 +38,10 @@ class Backend(ABC):
     # unless the worker is told otherwise: worth it where a process start costs seconds.
     warm_by_default: bool = False
 
-    def warm_up(self) -> None:
-        """Prepare, once per warm runner process, what every trial would otherwise pay for
-        (imports, a device context, library handles). Runs in the sandbox, never the agent."""
+    def warm_up(self, phase: str) -> None:
+        """Prepare, once per warm runner process, what every trial of `phase` (`compile` or
+        `run`) would otherwise pay for (imports, a device context, library handles). Runs in
+        the sandbox, never the agent."""
         return None
 
     @abstractmethod

@@ -114,7 +114,7 @@ class CudaBackend(Backend):
     name = "cuda"
     warm_by_default = True
 
-    def warm_up(self) -> None:
+    def warm_up(self, phase: str) -> None:
         warm_up_gpu()
         nvrtc_version()
         import torch

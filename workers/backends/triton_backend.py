@@ -77,8 +77,17 @@ class TritonBackend(Backend):
     name = "triton"
     warm_by_default = True
 
-    def warm_up(self) -> None:
+    def warm_up(self, phase: str) -> None:
+        """A warm runner's: the GPU stack; a compile runner's also what its first Triton
+        compile would pay (workers.backends.triton_warm)."""
         warm_up_gpu()
+        import torch
+
+        if phase != "compile" or not torch.cuda.is_available():
+            return
+        from workers.backends import triton_warm
+
+        triton_warm.warm()
 
     def probe(self) -> dict[str, Any]:
         try:

@@ -1,5 +1,5 @@
 """The inside of the trial sandbox: `python -m workers.sandbox.child JOBDIR`, or a warm
-runner `python -m workers.sandbox.child --serve BACKEND RUNDIR`, or the isolation probe
+runner `python -m workers.sandbox.child --serve BACKEND RUNDIR PHASE`, or the isolation probe
 `python -m workers.sandbox.child --probe PATHS`.
 
 Reads JOBDIR/job.json (phase, trial spec, build directory, CPUs, limits, environment),
@@ -158,22 +158,19 @@ def flush_output() -> None:
         ctypes.CDLL(None).fflush(None)
 
 
-def warm_up(backend_name: str) -> dict[str, Any]:
-    """Import the backend and let it prepare what every trial needs (its `warm_up`)."""
+def warm_up(backend_name: str, phase: str) -> dict[str, Any]:
+    """Import the backend and let it prepare what every trial of `phase` needs (its `warm_up`)."""
     started = time.perf_counter()
     info: dict[str, Any] = {"pid": os.getpid(), "backend": backend_name}
     try:
-        backend = get_backend(backend_name)
-        hook = getattr(backend, "warm_up", None)
-        if hook is not None:
-            hook()
+        get_backend(backend_name).warm_up(phase)
     except BaseException as exc:  # the trials will fail with the real reason
         info["warm_up_error"] = f"{type(exc).__name__}: {exc}"
     info["warm_up_s"] = time.perf_counter() - started
     return info
 
 
-def serve(backend_name: str, rundir: Path) -> None:
+def serve(backend_name: str, rundir: Path, phase: str) -> None:
     cpus = os.environ.get("PARETUNE_SANDBOX_CPUS")
     if cpus and hasattr(os, "sched_setaffinity"):
         with contextlib.suppress(OSError, ValueError):
@@ -182,7 +179,7 @@ def serve(backend_name: str, rundir: Path) -> None:
     if caps:  # the worker's caps, as hard limits no trial of this runner can raise; CPU
         # time adds up over the runner's life, so each trial gets its own soft limit only
         isolation_limits.apply({**json.loads(caps), "cpu_s": None}, backend_name)
-    info = warm_up(backend_name)
+    info = warm_up(backend_name, phase)
     flush_output()
     ready = rundir / "ready.tmp"
     ready.write_text(json.dumps(info))
@@ -227,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(probe(json.loads(args[1]))), flush=True)
         os._exit(0)
     if args and args[0] == "--serve":
-        serve(args[1], Path(args[2]))
+        serve(args[1], Path(args[2]), args[3])
     jobdir = Path(args[0])
     result = run_job(jobdir)
     write_result(jobdir, result)

@@ -2,7 +2,7 @@
 trial after trial, so that a GPU trial costs its compile or its measurement rather than a
 Python start, the torch/triton imports and a CUDA context (seconds each time).
 
-A runner is `python -m workers.sandbox.child --serve BACKEND AREA` in a sandbox of the
+A runner is `python -m workers.sandbox.child --serve BACKEND AREA PHASE` in a sandbox of the
 agent's isolation level, with its own directory (AREA, the sandbox's /tmp at the namespaces
 level) in which the agent makes a job directory per trial (AREA/job-N: a new path each
 time, so that a library loaded by one trial is never mistaken for the next one's), puts
@@ -116,7 +116,7 @@ class WarmRunner:
         env = dict(self.env) if self.env is not None else self.sandbox.env(None, self.inside)
         env.update(HOME=self.inside, TMPDIR=self.inside, PARETUNE_SANDBOX_LIMITS=self.sandbox.caps_json())
         command = self.sandbox.command(
-            self.phase, self.backend, ["--serve", self.backend, self.inside],
+            self.phase, self.backend, ["--serve", self.backend, self.inside, self.phase],
             [Bind(str(self.dir), self.inside, writable=True)], chdir=self.inside,
         )
         self.proc = self.sandbox.spawn(command, cwd=self.dir, env=env, stdin=subprocess.PIPE, stdout=self._log,
