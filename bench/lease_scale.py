@@ -10,9 +10,10 @@ starts, studies x parallelism or what the studies queued once none queues more),
 asking for the next lease (the agent's way). A first pass of one cycle per study (fair share
 takes them in turn) is reported apart: a study's first lease and result in a process read what
 the process then keeps of it (its document, front and baseline). Then `--cycles` more are
-measured. Reported: the median and p99 of that request (report + lease) in both, and the
-server's CPU per trial over the measured cycles. Flat: p99 at the largest queue within noise
-of the smallest.
+measured. Reported: the median and p99 of that request (report + lease) in both, the
+server's CPU per trial over the measured cycles, and the scheduling steps the server ran in
+them (per trial, and the mean time each held its study's lock, from its /metrics). Flat: p99
+at the largest queue within noise of the smallest.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +87,7 @@ def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None
         # the first pass: fair share takes each study in turn, and each study's first lease and
         # result in a process read what the process keeps of it (its document, front, baseline)
         first_pass = [cycle() for _ in range(studies)]
+        steps_before = step_totals(admin)
         cpu_before = server_cpu_seconds(service.process.pid)
         spy = None if profile is None else subprocess.Popen(
             ["py-spy", "record", "--pid", str(service.process.pid), "--rate", "200", "--format", "raw",
@@ -92,6 +95,7 @@ def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         latencies = [cycle() for _ in range(cycles)]
         cpu = server_cpu_seconds(service.process.pid) - cpu_before
+        steps = [after - before for after, before in zip(step_totals(admin), steps_before, strict=True)]
         if spy is not None:  # py-spy writes its profile when interrupted
             spy.send_signal(signal.SIGINT)
             spy.wait(60)
@@ -105,7 +109,23 @@ def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None
             "first_pass_p99_ms": round(float(np.percentile(first_pass, 99)), 2),
             "p50_ms": round(float(np.percentile(latencies, 50)), 2),
             "p99_ms": round(float(np.percentile(latencies, 99)), 2),
-            "server_cpu_ms_per_trial": round(1000 * cpu / cycles, 2)}
+            "server_cpu_ms_per_trial": round(1000 * cpu / cycles, 2),
+            # the server's own steps (none counted where a scheduler process steps the studies)
+            "steps_per_trial": round(steps[0] / cycles, 3),
+            "step_mean_ms": round(1000 * steps[1] / max(1.0, steps[0]), 2)}
+
+
+def step_totals(client: Any) -> tuple[float, float]:
+    """(steps, seconds their studies' locks were held) so far, from the server's /metrics."""
+    text_ = client.get("/metrics").text
+    totals = {"count": 0.0, "sum": 0.0}
+    for family in text_string_to_metric_families(text_):
+        if family.name == "paretune_step_seconds":
+            for sample in family.samples:
+                for part in totals:
+                    if sample.name == f"paretune_step_seconds_{part}":
+                        totals[part] += sample.value
+    return totals["count"], totals["sum"]
 
 
 def main() -> None:
@@ -126,11 +146,11 @@ def main() -> None:
                         ("--scheduler-process",) if args.scheduler_process else ()))
         print(json.dumps(rows[-1]), flush=True)
     print(f"\n{'studies':>8} {'parallelism':>12} {'queued':>8} {'first pass p50/p99':>19} {'p50 ms':>8} {'p99 ms':>8}"
-          f" {'server ms/trial':>16}")
+          f" {'server ms/trial':>16} {'steps/trial':>12} {'step ms':>8}")
     for r in rows:
         first = f"{r['first_pass_p50_ms']}/{r['first_pass_p99_ms']}"
         print(f"{r['studies']:>8} {r['parallelism']:>12} {r['queued']:>8} {first:>19} {r['p50_ms']:>8} "
-              f"{r['p99_ms']:>8} {r['server_cpu_ms_per_trial']:>16}")
+              f"{r['p99_ms']:>8} {r['server_cpu_ms_per_trial']:>16} {r['steps_per_trial']:>12} {r['step_mean_ms']:>8}")
     if args.out:
         args.out.write_text(json.dumps({"date": date.today().isoformat(), "machine": machine(),
                                         "command": "bench/lease_scale.py " + " ".join(sys.argv[1:]),
