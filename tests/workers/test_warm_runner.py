@@ -65,6 +65,9 @@ def test_cpu_kernels_compile_and_run_in_warm_runners(warm):
     compile_pids = {r.compile_report["sandbox"]["pid"] for r in results}
     assert len(run_pids) == 1 and len(compile_pids) == 1 and run_pids != compile_pids
     assert [r.environment["sandbox"]["trials_served"] for r in results] == [1, 2, 3]
+    # each runner's warm-up prepared its own phase (a Triton compile runner pays the first compile)
+    assert {r.compile_report["sandbox"]["warmed_up_for"] for r in results} == {"compile"}
+    assert {r.environment["sandbox"]["warmed_up_for"] for r in results} == {"run"}
 
 
 def test_a_crash_fails_only_its_trial_and_the_next_gets_a_new_runner(warm):

@@ -161,7 +161,7 @@ def flush_output() -> None:
 def warm_up(backend_name: str, phase: str) -> dict[str, Any]:
     """Import the backend and let it prepare what every trial of `phase` needs (its `warm_up`)."""
     started = time.perf_counter()
-    info: dict[str, Any] = {"pid": os.getpid(), "backend": backend_name}
+    info: dict[str, Any] = {"pid": os.getpid(), "backend": backend_name, "phase": phase}
     try:
         get_backend(backend_name).warm_up(phase)
     except BaseException as exc:  # the trials will fail with the real reason

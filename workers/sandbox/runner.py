@@ -264,6 +264,7 @@ class WarmRunner:
             "pid": self.pid,
             "trials_served": self.served,
             "warm_up_s": info.get("warm_up_s"),
+            "warmed_up_for": info.get("phase"),  # what the runner's warm-up prepared (its backend's warm_up)
             **({"warm_up_error": info["warm_up_error"]} if info.get("warm_up_error") else {}),
         }
 
