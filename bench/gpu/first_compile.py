@@ -3,17 +3,18 @@ as a compile runner is and then compiling configurations of the built-in bf16 GE
 after the other, each in a job directory and TRITON_CACHE_DIR of its own, as the worker's
 runners do (workers.sandbox.jobs).
 
-Two warm-ups, alternating, `--rounds` processes each:
+Warm-ups (`--modes`, by default `gpu,runner`), alternating, `--rounds` processes each:
 - `gpu`: workers.backends.gpu_loader.warm_up_gpu alone (imports, the CUDA context, cuBLAS, NVML);
 - `runner`: the Triton backend's warm-up of a compile runner (that, then what a runner's first
-  compile would pay: workers.backends.triton_warm).
+  compile would pay: workers.backends.triton_warm);
+- `run` (with `--modes`): the backend's warm-up of a run-phase runner, which compiles nothing.
 
 Each compile is timed, with the host C compiler's builds within it (Triton's `_build`: the
 `cuda_utils` module and a kernel's launcher) counted and timed, and the steps of the backend's
 compile (resolving the configuration, the device's limits, the controls, loading the kernel's
 module, Triton's loading of the compiled kernel) timed apart.
 
-    python3 bench/gpu/first_compile.py OUT [--rounds 2] [--configs 5]
+    python3 bench/gpu/first_compile.py OUT [--rounds 2] [--configs 5] [--modes gpu,runner]
 
 Prints a table and writes OUT/first_compile.json.
 """
@@ -36,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench" / "gpu"))
 
-MODES = ("gpu", "runner")
+MODES = ("gpu", "runner", "run")
 
 
 def child(mode: str, configs: int, out: Path) -> None:
@@ -54,7 +55,7 @@ def child(mode: str, configs: int, out: Path) -> None:
     if mode == "gpu":
         warm_up_gpu()
     else:
-        backend.warm_up("compile")
+        backend.warm_up("run" if mode == "run" else "compile")
     warmed = time.perf_counter()
 
     import triton.runtime.build as build
@@ -143,6 +144,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--configs", type=int, default=5)
+    parser.add_argument("--modes", default="gpu,runner")
     parser.add_argument("--child", choices=MODES)
     parser.add_argument("--child-out")
     args = parser.parse_args()
@@ -153,7 +155,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     for round_ in range(args.rounds):
-        for mode in MODES:
+        for mode in args.modes.split(","):
             target = out / f"{mode}_{round_}.json"
             started = time.perf_counter()
             child_run = subprocess.run([sys.executable, __file__, str(out), "--child", mode, "--child-out",
@@ -178,7 +180,7 @@ def main() -> None:
             ranked = sorted(row.get("steps", {}).items(), key=lambda kv: -kv[1])
             timed_steps = ", ".join(f"{k} {v:.2f}" for k, v in ranked)
             print(f"{'':24}compile {index}: {timed_steps}")
-    for mode in MODES:
+    for mode in args.modes.split(","):
         firsts = [run["compiles"][0]["compile_s"] for run in runs if run["mode"] == mode and run["compiles"]]
         later = [row["compile_s"] for run in runs if run["mode"] == mode for row in run["compiles"][1:]]
         if firsts and later:

@@ -139,3 +139,14 @@ def test_the_warm_up_makes_each_triton_builtins_inputs_and_forgets_their_modules
     before = set(sys.modules)
     assert triton_warm.meta_inputs() == ["gemm_bf16", "attention_fwd"]
     assert not {name for name in set(sys.modules) - before if name.startswith("paretune_warm_")}
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_only_a_compile_runner_keeps_the_glue(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    monkeypatch.delenv(triton_warm.STORE_ENV, raising=False)
+    TritonBackend().warm_up("run")  # the GPU stack only: a run runner compiles nothing
+    assert "TRITON_CACHE_MANAGER" not in triton_warm.os.environ
+    TritonBackend().warm_up("compile")
+    assert triton_warm.os.environ["TRITON_CACHE_MANAGER"] == triton_warm.MANAGER
