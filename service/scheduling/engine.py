@@ -212,6 +212,7 @@ class EngineMirror:
         self.front: Front | None = None
         self.warm = doc.warm_configs
         self.version: int | None = None  # of the checkpoint the engine is at; None: not loaded
+        self.stepped_at: int | None = None  # the study's seq as this process's last step left it
         self.search: Any = None
         self.engine_space: EngineSpace | None = None
         self.waiting: deque[Any] = deque()  # the batch's candidates not yet made trials

@@ -8,6 +8,8 @@ or tell the same study at once. A mirror follows the table in two ways:
 - finished trials are told from the step's list of trials it has not accounted for yet
   (`told` is false), never from the sequence alone, so a result committed late with an
   earlier sequence number is told all the same.
+Where the study's row is as this process's last step left it, no other step has run since,
+and the read by sequence is skipped (MirrorCache.get).
 After a failed step the mirror is dropped and rebuilt from the table, where nothing of the
 failed step was kept: a tell is neither lost nor repeated.
 """
@@ -92,6 +94,7 @@ class Mirror:
         self.running: set[int] = set()  # trials.id still RUNNING in the mirror
         self.watermark = -1
         self.next_number = 0  # every trial numbered below is known
+        self.stepped_at: int | None = None  # the study's seq as this process's last step left it
         if study.n_created == 0:
             self.optuna.enqueue_trial(self.view.to_sampler(doc.baseline))
         self.warm = doc.warm_configs
@@ -283,7 +286,11 @@ class MirrorCache:
         self._lock = threading.Lock()  # cachetools' caches are not thread-safe
 
     def get(self, session: Session, study: Study) -> StudyMirror:
-        """The synced mirror of `study`; call only with the study's lock held."""
+        """The synced mirror of `study`; call only with the study's lock held. A mirror that
+        this process's last step of the study left, with the study's row unchanged since
+        (its seq), is in sync without reading: every step that creates, tells or decides
+        trials, and every change of the study, gives the study a new seq, and a trial that
+        finishes outside a step is told from the step's untold trials."""
         evicted: StudyMirror | None = None
         with self._lock:
             mirror = self._mirrors.get(study.id)
@@ -296,7 +303,8 @@ class MirrorCache:
         if evicted is not None:
             evicted.close()
         try:
-            mirror.sync(session)
+            if mirror.stepped_at is None or mirror.stepped_at != study.seq:
+                mirror.sync(session)
         except BaseException:
             self.drop(study.id)
             raise

@@ -28,19 +28,22 @@ from wire.contract import FailureReason
 WAITS = "waits for the study's first fully measured trial"
 
 
-def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]) -> None:
-    """Decide every trial of `screened` (state screened)."""
+def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]) -> int:
+    """Decide every trial of `screened` (state screened), or defer it while the study's first
+    front is on its way; returns how many it decided."""
     document = document_of(study)
     assert document.measure.promote is not None, "a study that screens has a promotion rule"
     rule = screening.Rule.of(document.measure.promote)
     members = front_members(session, study.id)
     awaited = not members and full_stage_pending(session, study.id)  # a front that is on its way
+    decided = 0
     for trial in screened:
         data = dict(trial.screening or {})
         if awaited and not trial.is_baseline:
             if not data.get("deferred"):
                 trial.screening = {**data, "deferred": True, "reason": WAITS}
             continue
+        decided += 1
         decision = screening.decide(document.objectives, intervals(data), members, rule, baseline=trial.is_baseline)
         data.update(promoted=decision.promote, dominated_by=decision.by, told=decision.told, reason=decision.reason)
         if not decision.promote:
@@ -60,6 +63,7 @@ def decide(session: Session, study: Study, mirror: Mirror, screened: list[Trial]
         transition(session, trial, target, **fields)
         if target == TrialState.CANCELLED:
             mirror.learn(trial)
+    return decided
 
 
 def deferred(trial: Trial) -> bool:

@@ -74,9 +74,10 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     mirror = cache.get(session, study)
     # every sequence number the step may need, in one round trip (unused ones are skipped)
     seqs = iter(next_seqs(session, len(untold) + min(ASKS_PER_STEP, study.parallelism) + 1))
+    decided = 0
     if untold:
         unseen = [t for t in untold if not promotion.deferred(t)]  # a deferred screen counted when first seen
-        _account(session, study, mirror, untold, seqs)
+        decided = _account(session, study, mirror, untold, seqs)
         shares.add_usage(session, study, unseen)
         report.accounted = len(unseen)
         report.more = len(untold) == TELLS_PER_STEP
@@ -84,19 +85,24 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     asked, room = _settle_and_refill(session, study, mirror, pace, seqs)
     report.queued = asked.queued
     report.more = report.more or report.queued < room  # the next step asks for the rest
-    report.changed = bool(report.accounted or report.queued or asked.refused)
+    # a screen decided after it was deferred changes the study too: other processes'
+    # mirrors then read the decision (MirrorCache.get)
+    report.changed = bool(report.accounted or decided or report.queued or asked.refused)
     if report.changed:
         lifecycle.touch(session, study, next(seqs, None))
     session.flush()  # the new trials and the study's row, one round trip each
     for trial, optuna_id in asked.trials:
         mirror.adopt(trial, optuna_id)
     mirror.persist(session)  # a search engine's state, committed with the step
+    mirror.stepped_at = study.seq
     if study.state in STUDY_FINISHED:  # its sampler is done: a straggler's step rebuilds the mirror
         cache.drop(study.id)
     return report
 
 
-def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[Trial], seqs: Iterator[int]) -> None:
+def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[Trial], seqs: Iterator[int]) -> int:
+    """Tell the sampler and the front of the finished trials, and decide the screened ones;
+    returns how many screened trials were decided."""
     if mirror.front is None:
         mirror.front = fronts.load_front(session, study)
     completed: list[Trial] = []
@@ -124,9 +130,10 @@ def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[T
         for name in ACCOUNTED_COLUMNS:
             flag_modified(trial, name)
     touch_ids(session, left - here.keys(), on_front=False)  # event streams see them leave the front
-    if screened:
-        assert isinstance(mirror, Mirror), "a study that screens has an Optuna sampler (documents refuse compileiq's)"
-        promotion.decide(session, study, mirror, screened)
+    if not screened:
+        return 0
+    assert isinstance(mirror, Mirror), "a study that screens has an Optuna sampler (documents refuse compileiq's)"
+    return promotion.decide(session, study, mirror, screened)
 
 
 def counts_of(session: Session, study: Study) -> schedule.Counts:
