@@ -10,7 +10,7 @@ before and also keeps the glue modules in a directory of the runner's own; a job
 one gets a copy in its cache, so its build still carries the launcher to the run phase.
 
 To compile a kernel the backend makes its inputs on the meta device (their dtypes, no memory).
-PyTorch's first meta tensors in a process take seconds (4-5.6 s for the GEMM's on an H100,
+PyTorch's first meta tensors in a process take seconds (3.9-5.6 s for the GEMM's on an H100,
 bench/results/gpu_screening_compare.md): the runner makes each Triton built-in's inputs once.
 
 This module imports Triton: only a Triton runner's warm-up imports it, and Triton itself
