@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 import typer
+from helpers import wait_for
 
 from wire.contract import KernelSpec, SandboxLimits
 from workers.backends.base import CompiledKernel
 from workers.cache import ArtifactCache
 from workers.cli import resolve_token
 from workers.sandbox import limits as isolation_limits
-from workers.sandbox.files import UnsafeFile
+from workers.sandbox.files import UnsafeFile, remove_tree
 from workers.sandbox.isolation import IsolationUnavailable, choose, reserve_uids, sandbox_env
 from workers.sandbox.procs import descendants, kill_uid, processes_of_uid
 from workers.sandbox.sandbox import Sandbox
@@ -631,3 +632,20 @@ def test_each_job_has_its_own_triton_cache_and_paths_recorded_in_a_build_follow_
         assert job.build.stat().st_uid == os.getuid()  # the rest of the build stays the agent's
     finally:
         sandbox.close()
+
+
+def test_a_job_directory_is_removed_though_a_dying_process_still_writes_in_it(tmp_path):
+    """A trial's process killed a moment ago may still write as its job directory is removed."""
+    job = tmp_path / "run-job"
+    job.mkdir()
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "end, i = time.monotonic() + 0.4, 0\n"
+        "while time.monotonic() < end:\n"
+        "    open(f'{sys.argv[1]}/f{i}', 'w').close(); i += 1\n"), str(job)])
+    try:
+        wait_for(lambda: any(job.iterdir()), 10, "the writer's first file")
+        assert remove_tree(job)
+        assert not job.exists()
+    finally:
+        writer.wait(10)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +152,18 @@ def tree_usage(root: Path, max_entries: int = 200_000) -> tuple[int, int]:
         except OSError:
             continue
     return used, entries
+
+
+REMOVE_RETRIES_S = (0.05, 0.2, 1.0)
+
+
+def remove_tree(path: Path) -> bool:
+    """Remove a directory a sandbox wrote in. A process of the trial that was killed a moment
+    ago may still be writing into it as it is removed (the removal then finds it not empty):
+    it is removed again after a pause, a few times. Returns whether it is gone."""
+    for pause in (0.0, *REMOVE_RETRIES_S):
+        time.sleep(pause)
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return True
+    return False

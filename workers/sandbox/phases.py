@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
+import logging
 import signal
 import subprocess
 import time
@@ -26,11 +26,13 @@ from typing import Any
 from wire.contract import FailureReason, TrialSpec, ValidationSpec
 from workers.sandbox import limits as isolation_limits
 from workers.sandbox.context import Context
-from workers.sandbox.files import UnsafeFile, read_untrusted, read_untrusted_tail
+from workers.sandbox.files import UnsafeFile, read_untrusted, read_untrusted_tail, remove_tree
 from workers.sandbox.jobs import Job
 from workers.sandbox.runner import WarmRunner
 from workers.sandbox.sandbox import Sandbox
 from workers.sandbox.watch import disk_watch, progress, wait_until
+
+log = logging.getLogger("paretune.worker")
 
 LOG_EXCERPT_BYTES = 4096
 _POLL_S = 0.05
@@ -83,7 +85,8 @@ def phase_job(
         try:
             yield job, runner
         finally:
-            shutil.rmtree(job.outside, ignore_errors=True)
+            if not remove_tree(job.outside):
+                log.warning("the job directory %s could not be removed", job.outside)
             if runner is not None:
                 assert runners is not None
                 runners.release(runner)
