@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import sys
@@ -17,6 +18,17 @@ from wire.contract import KernelSpec, MeasureSettings, TrialSpec, WorkloadShape 
 from workers.cache import ArtifactCache  # noqa: E402
 
 HERE = Path(__file__).parent
+
+
+def gpu_available() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+needs_gpu = pytest.mark.skipif(not gpu_available(), reason="needs torch and a CUDA GPU")
 FAST = MeasureSettings(warmup_s=0.005, min_repeats=5, max_repeats=40, target_s=0.03, hot_window_s=0.2)
 _ids = itertools.count(1)
 

@@ -4,11 +4,11 @@ are marked `gpu` (skipped without one)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import needs_gpu
 
 from wire.contract import FailureReason, KernelSpec, MeasureSettings, WorkloadShape
 from wire.failures import TrialFailure
@@ -20,17 +20,6 @@ from workers.backends.triton_backend import TritonBackend
 from workers.backends.triton_kernel import compile_options, meta_parameters
 
 FAST = MeasureSettings(warmup_s=0.02, min_repeats=20, max_repeats=400, target_s=0.05, hot_window_s=0.3)
-
-
-def gpu_available() -> bool:
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-needs_gpu = pytest.mark.skipif(not gpu_available(), reason="needs torch and a CUDA GPU")
 
 
 class TestBuiltins:

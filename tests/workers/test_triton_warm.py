@@ -5,11 +5,11 @@ What needs a GPU (the warm-up's compile and meta-device inputs) is marked `gpu` 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import needs_gpu
 from triton.runtime import build
 from triton.runtime.cache import get_cache_manager, get_override_manager
 
@@ -17,16 +17,6 @@ from wire.contract import KernelSpec, WorkloadShape
 from workers.backends import triton_warm
 from workers.backends.triton_backend import TritonBackend
 
-
-def gpu_available() -> bool:
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-needs_gpu = pytest.mark.skipif(not gpu_available(), reason="needs a CUDA GPU")
 LAUNCHER = "__triton_launcher.cpython-312-x86_64-linux-gnu.so"
 SOURCE = hashlib.sha256(b"a launcher's generated source").hexdigest()  # Triton keys by such a hash
 OTHER = hashlib.sha256(b"another launcher's").hexdigest()
