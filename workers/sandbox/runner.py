@@ -31,8 +31,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -42,12 +42,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from workers.sandbox.files import UnsafeFile, read_untrusted, read_untrusted_tail
+from workers.sandbox.files import UnsafeFile, read_untrusted, read_untrusted_tail, remove_tree
 from workers.sandbox.isolation import Bind
 from workers.sandbox.jobs import Job
 from workers.sandbox.procs import children_of, group_members, kill_group, kill_pid, pid_namespace
 from workers.sandbox.sandbox import Sandbox, default_sandbox
 from workers.sandbox.watch import wait_until
+
+log = logging.getLogger("paretune.worker")
 
 READY_FILE = "ready"
 _POLL_S = 0.02
@@ -158,7 +160,8 @@ class WarmRunner:
         if self._log is not None:
             self._log.close()
             self._log = None
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not remove_tree(self.dir):  # what its sandbox's killed processes wrote last
+            log.warning("the warm runner's directory %s could not be removed", self.dir)
         self.log_path.unlink(missing_ok=True)
 
     def _wait_ready(self, cancel: threading.Event) -> tuple[str, bool]:
