@@ -117,15 +117,9 @@ def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None
 
 def step_totals(client: Any) -> tuple[float, float]:
     """(steps, seconds their studies' locks were held) so far, from the server's /metrics."""
-    text_ = client.get("/metrics").text
-    totals = {"count": 0.0, "sum": 0.0}
-    for family in text_string_to_metric_families(text_):
-        if family.name == "paretune_step_seconds":
-            for sample in family.samples:
-                for part in totals:
-                    if sample.name == f"paretune_step_seconds_{part}":
-                        totals[part] += sample.value
-    return totals["count"], totals["sum"]
+    samples = {sample.name: sample.value for family in text_string_to_metric_families(client.get("/metrics").text)
+               for sample in family.samples}
+    return samples.get("paretune_step_seconds_count", 0.0), samples.get("paretune_step_seconds_sum", 0.0)
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ def glue(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("TRITON_CACHE_MANAGER", "")  # empty: none named; restored after
     monkeypatch.setenv(triton_warm.STORE_ENV, "")
     monkeypatch.setattr(triton_warm.tempfile, "tempdir", str(tmp_path))
-    triton_warm.keep_glue()
+    assert triton_warm.keep_glue()
     assert triton_warm.os.environ["TRITON_CACHE_MANAGER"] == triton_warm.MANAGER
     return Path(triton_warm.os.environ[triton_warm.STORE_ENV])
 
@@ -76,7 +76,7 @@ def test_override_and_dump_directories_are_left_alone(glue: Path, monkeypatch: p
 def test_a_host_cache_manager_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_CACHE_MANAGER", "site.cache:Remote")
     monkeypatch.delenv(triton_warm.STORE_ENV, raising=False)
-    triton_warm.keep_glue()
+    assert not triton_warm.keep_glue()
     assert triton_warm.os.environ["TRITON_CACHE_MANAGER"] == "site.cache:Remote"
     assert triton_warm.STORE_ENV not in triton_warm.os.environ
 
@@ -85,7 +85,7 @@ def test_a_failed_first_compile_leaves_each_job_its_own_glue(monkeypatch: pytest
     monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
     monkeypatch.delenv(triton_warm.STORE_ENV, raising=False)
 
-    def no_compiler() -> float:
+    def no_compiler() -> None:
         raise RuntimeError("Failed to find C compiler")
 
     monkeypatch.setattr(triton_warm, "first_compile", no_compiler)

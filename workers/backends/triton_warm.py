@@ -23,7 +23,6 @@ import contextlib
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +74,14 @@ def _double(x_ptr, n, BLOCK: tl.constexpr):
     tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
 
 
-def keep_glue() -> None:
-    """From now on, this process keeps Triton's glue modules for every later job (unless the
-    host names a cache manager of its own)."""
+def keep_glue() -> bool:
+    """From now on, this process keeps Triton's glue modules for every later job, unless the
+    host names a cache manager of its own; returns whether it does."""
     if os.environ.get("TRITON_CACHE_MANAGER"):
-        return
+        return False
     os.environ[STORE_ENV] = tempfile.mkdtemp(prefix="triton-glue-")
     os.environ["TRITON_CACHE_MANAGER"] = MANAGER
+    return True
 
 
 def warm() -> None:
@@ -89,12 +89,11 @@ def warm() -> None:
     inputs on the meta device. If the compile fails, the runner goes on without the glue
     store (each job builds its own glue, as Triton does) and the error is raised for the
     warm-up to report."""
-    before = os.environ.get("TRITON_CACHE_MANAGER")
-    keep_glue()
+    kept = keep_glue()
     try:
         first_compile()
     except BaseException:
-        if before is None and os.environ.get("TRITON_CACHE_MANAGER") == MANAGER:
+        if kept:
             os.environ.pop("TRITON_CACHE_MANAGER", None)
             os.environ.pop(STORE_ENV, None)
         raise
@@ -125,13 +124,12 @@ def meta_inputs() -> list[str]:
     return made
 
 
-def first_compile() -> float:
+def first_compile() -> None:
     """Compile, load and launch a small kernel in a scratch cache: what a process pays at its
     first Triton compile (the compiler's start, the host compiler building `cuda_utils` and a
-    launcher, ptxas's first run). Returns the seconds it took."""
+    launcher, ptxas's first run)."""
     import torch
 
-    started = time.perf_counter()
     before = os.environ.get("TRITON_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="triton-warm-") as scratch:
         os.environ["TRITON_CACHE_DIR"] = scratch
@@ -146,4 +144,3 @@ def first_compile() -> float:
                 os.environ.pop("TRITON_CACHE_DIR", None)
             else:
                 os.environ["TRITON_CACHE_DIR"] = before
-    return time.perf_counter() - started
