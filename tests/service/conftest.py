@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 from collections.abc import Iterator
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine, event
 
 from service.accounts import tokens as auth
 from service.app import create_app
@@ -115,6 +117,21 @@ class Api:
         assert r.status_code == 201, r.text
         self.quiesce()
         return self.client.get(f"/v1/studies/{r.json()['id']}", headers=self.admin).json()  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def sent_statements(engine: Engine) -> Iterator[list[tuple[str, Any]]]:
+    """Each statement (and its parameters) the engine sends meanwhile."""
+    sent: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
 
 
 def make_api(database_url: str, **settings: Any) -> Iterator[Api]:

@@ -5,18 +5,15 @@ run by hand (the app's background scheduler is off); SQLite and Postgres."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Api, make_api
+from conftest import Api, make_api, sent_statements
 from optuna.trial import TrialState as OptunaState
-from sqlalchemy import event
 
 from service.scheduling.mirror import Mirror, MirrorCache
 from service.scheduling.step import run_step
-from service.store.db import Database
 
 RESULT = {"status": "completed", "metrics": {"f1": {"value": 0.25}, "f2": {"value": 0.75}}}
 
@@ -26,23 +23,8 @@ def api(database_url: str) -> Iterator[Api]:
     yield from make_api(database_url, scheduler_process=True)  # its steps are the test's
 
 
-@contextlib.contextmanager
-def statements(db: Database) -> Iterator[list[str]]:
-    """The SQL the database runs meanwhile."""
-    seen: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(" ".join(statement.split()))
-
-    event.listen(db.engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(db.engine, "before_cursor_execute", record)
-
-
-def reads_by_sequence(seen: list[str]) -> int:
-    return sum("trials.seq >" in s for s in seen)
+def reads_by_sequence(sent: list[tuple[str, Any]]) -> int:
+    return sum("trials.seq >" in " ".join(statement.split()) for statement, _ in sent)
 
 
 def mirror_of(cache: MirrorCache, study_id: int) -> Mirror:
@@ -68,12 +50,12 @@ def test_a_step_reads_what_another_process_stepped_and_only_that(api: Api) -> No
     held = api.lease(worker)
     assert held is not None
     assert api.post_result(worker, held["token"], RESULT).status_code == 200
-    with statements(state.db) as seen:  # the other process tells the result and queues a trial
+    with sent_statements(state.db.engine) as seen:  # the other process tells the result and queues a trial
         report = step(there)
     assert (report.accounted, report.queued) == (1, 1)
     assert reads_by_sequence(seen) == 1  # its mirror is new: it reads the study's trials
 
-    with statements(state.db) as seen:  # this one finds the study changed: it reads what changed
+    with sent_statements(state.db.engine) as seen:  # this one finds the study changed: it reads what changed
         report = step(here)
     assert (report.accounted, report.queued) == (0, 0) and reads_by_sequence(seen) == 1
     mirror = mirror_of(here, study_id)
@@ -84,13 +66,13 @@ def test_a_step_reads_what_another_process_stepped_and_only_that(api: Api) -> No
     held = api.lease(worker)
     assert held is not None
     assert api.post_result(worker, held["token"], RESULT).status_code == 200
-    with statements(state.db) as seen:  # only a result since its own step: no read by sequence
+    with sent_statements(state.db.engine) as seen:  # only a result since its own step: no read by sequence
         report = step(here)
     assert (report.accounted, report.queued) == (1, 1) and reads_by_sequence(seen) == 0
     assert mirror.storage.get_trial(mirror.ids[row_id(held)]).state == OptunaState.COMPLETE
     assert mirror.next_number == 4
 
-    with statements(state.db) as seen:  # the other process, behind by a step, reads it
+    with sent_statements(state.db.engine) as seen:  # the other process, behind by a step, reads it
         step(there)
     assert reads_by_sequence(seen) == 1
     behind = mirror_of(there, study_id)

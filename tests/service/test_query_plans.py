@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from conftest import Api
+from conftest import Api, sent_statements
 from fake_worker import result_for
-from sqlalchemy import event
 
 from service.scheduling.step import pending_studies
 
@@ -17,17 +16,10 @@ from service.scheduling.step import pending_studies
 def plans(api: Api, call: Callable[[], Any]) -> list[tuple[str, str]]:
     """Each query of the trials table that `call` sends, with SQLite's plan for it."""
     engine = api.client.app.state.paretune.db.engine  # type: ignore[attr-defined]
-    sent: list[tuple[str, Any]] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "FROM trials" in statement:
-            sent.append((statement, parameters))
-
-    event.listen(engine, "before_cursor_execute", capture)
-    try:
+    with sent_statements(engine) as all_sent:
         call()
-    finally:
-        event.remove(engine, "before_cursor_execute", capture)
+    sent = [(statement, parameters) for statement, parameters in all_sent
+            if statement.lstrip().upper().startswith("SELECT") and "FROM trials" in statement]
     with engine.connect() as conn:
         return [(statement, " / ".join(row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}",
                                                                                parameters)))
