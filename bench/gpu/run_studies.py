@@ -29,6 +29,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -169,7 +170,8 @@ def start_fresh_worker(work: Path, env: dict[str, str], token: str, name: str, *
     measure, compile_ = cpu_sets(0, 1)
     command = [sys.executable, "-m", "workers", "--server", SERVER, "--pool", "gpu0", "--name", f"gpu0-{name}",
                "--cache-dir", str(work / f"artifacts-{name}"), "--gpu", "0", "--measure-cpus", measure,
-               "--compile-cpus", compile_, "--warm", "--lease-ahead", str(lease_ahead), "--compilers", str(compilers)]
+               "--compile-cpus", compile_, "--warm", "--lease-ahead", str(lease_ahead), "--compilers", str(compilers),
+               "--work-dir", str(jobs_dir(work, name))]
     if local:
         command += ["--backends", "cpu"]
     worker_env = {**env, "PARETUNE_WORKER_TOKEN": token, "TRITON_CACHE_DIR": str(work / f"triton-{name}")}
@@ -177,6 +179,33 @@ def start_fresh_worker(work: Path, env: dict[str, str], token: str, name: str, *
                     stderr=subprocess.STDOUT)
     log(f"worker {name} started (measure CPUs {measure}, compile CPUs {compile_})")
     return process
+
+
+def jobs_dir(work: Path, name: str) -> Path:
+    """Worker NAME's directory of job directories: a fresh one outside `work` (which only its
+    owner may enter, and the sandbox users must reach their jobs), linked as work/jobs-NAME."""
+    link = work / f"jobs-{name}"
+    if not link.is_symlink():
+        jobs = Path(tempfile.mkdtemp(prefix=f"paretune-jobs-{name}-"))
+        atexit.register(shutil.rmtree, jobs, True)
+        link.symlink_to(jobs)
+    return link.resolve()
+
+
+def wait_runners_ready(work: Path, name: str, deadline: float) -> float:
+    """Wait until every warm runner of worker NAME (started by start_fresh_worker) has finished
+    its warm-up, as on a worker that has been up a while; the seconds waited. Past the deadline,
+    go on."""
+    started = time.monotonic()
+    runners = jobs_dir(work, name) / "runners"
+    while time.monotonic() < deadline:
+        dirs = [d for d in runners.glob("*") if d.is_dir()] if runners.is_dir() else []
+        if all((d / "ready").exists() for d in dirs):
+            break
+        time.sleep(0.2)
+    waited = time.monotonic() - started
+    log(f"worker {name}: runners ready after {waited:.1f} s")
+    return waited
 
 
 def stop(process: subprocess.Popen | None) -> None:

@@ -9,7 +9,9 @@ the screening study's front.
 
 Each study gets a worker of its own with a fresh artifact cache and Triton cache (neither
 study compiles less because the other ran first), which first runs a one-trial study of the
-baseline so that the warm runners are up before the study's clock starts.
+baseline and then waits for its warm runners (the spares that study started included) to finish
+their warm-up, so that the study's clock starts on a warm worker, as on one that has been up a
+while.
 
 Reported (OUT/screening_compare.json and .md):
 - trials per GPU-minute of each study: trials finished over the span from the study's
@@ -102,12 +104,14 @@ class Compare:
         self.start_worker(mode)
         warm = api.post("/v1/studies", self.document(f"warm-up before {mode}", 1, False, {"name": "random", "seed": 1}))
         rs.wait_study(api, warm["id"], time.monotonic() + self.args.preflight_s)
+        runners_wait_s = rs.wait_runners_ready(self.work, mode, time.monotonic() + 60)
         sampler = {"name": "nsga2", "seed": self.args.seed, "options": {"population_size": 10}}
         study = api.post("/v1/studies", self.document(f"GEMM {mode}", self.args.trials, mode == "screen", sampler))
         self.log(f"{mode}: study {study['id']} created")
         rs.wait_study(api, study["id"], until)
         self.stop_worker()
         data = rs.collect(api, study["id"])
+        data["runners_wait_s"] = runners_wait_s
         self.log(f"{mode}: {data['study']['state']} ({data['study'].get('finish_reason')}), "
                  f"progress {data['study']['progress']}")
         return data
@@ -278,6 +282,8 @@ def summarize(result: dict[str, Any], local: bool) -> str:
         best = best_trial(data)
         rows.setdefault("trials finished (states)", []).append(f"{tp['trials']} {json.dumps(tp.get('states'))}")
         rows.setdefault("failed trials by reason", []).append(json.dumps(tp.get("failure_reasons")))
+        rows.setdefault("waited for the worker's runners' warm-up before the study, s", []).append(
+            f"{data.get('runners_wait_s', 0):.1f}")
         rows.setdefault("span from the study's creation to its last result, s", []).append(f"{tp.get('span_s', 0):.1f}")
         rows.setdefault("trials per GPU-minute", []).append(f"{tp.get('trials_per_gpu_minute') or 0:.1f}")
         rows.setdefault("run-phase GPU seconds per trial", []).append(f"{tp.get('gpu_s_per_trial', 0):.2f}")
