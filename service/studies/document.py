@@ -205,7 +205,7 @@ class Screen(StrictModel):
     """The screening stage: every trial is measured this way first (service.scheduling.screening)."""
 
     hot_window_s: float = Field(default=0.2, gt=0, le=600)  # GPU hot window (runtime_ms)
-    warmup_s: float = Field(default=0.1, ge=0, le=600)  # at most the full stage's
+    warmup_s: float = Field(default=0.02, ge=0, le=600)  # at most the full stage's; a GPU's floor after idle: 0.1
     target_s: float = Field(default=0.05, gt=0, le=3600)  # host-timed backends: time per sample set
     cold_samples: int = Field(default=50, ge=1, le=100_000)  # cold samples per shape (latency_ms, p99_ms)
     objectives: list[ShortText] | None = Field(default=None, max_length=16)  # default: see screening._screened

@@ -230,7 +230,7 @@ SETTINGS = MeasureSettings.model_validate(FULL)
 def test_default_screen_is_runtime_only_for_runtime_and_energy() -> None:
     screen, promote = screening.resolve(_objectives("runtime_ms", "energy_mj"), "triton", Screen(), None, SETTINGS)
     assert screen.model_dump() == {"hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50,
-                                   "objectives": ["runtime_ms"], "warmup_s": 0.1}
+                                   "objectives": ["runtime_ms"], "warmup_s": 0.02}
     assert promote.model_dump() == {"margins": {"runtime_ms": 0.04}, "energy_runtime_ratio": 2.5}
     screen, _ = screening.resolve(_objectives("energy_mj"), "triton", Screen(), None, SETTINGS)
     assert screen.objectives == ["runtime_ms"]  # screened to bound energy
@@ -239,9 +239,9 @@ def test_default_screen_is_runtime_only_for_runtime_and_energy() -> None:
     assert screen.objectives == ["runtime_ms", "p99_ms"] and screen.cold_samples == 20
     assert promote.margins == {"runtime_ms": 0.04, "p99_ms": 0.3}
     # a screen is never longer than the full measurement
-    short = SETTINGS.model_copy(update={"hot_window_s": 0.1, "target_s": 0.02, "warmup_s": 0.05})
+    short = SETTINGS.model_copy(update={"hot_window_s": 0.1, "target_s": 0.02, "warmup_s": 0.01})
     screen, _ = screening.resolve(_objectives("runtime_ms"), "cpu", Screen(), None, short)
-    assert (screen.hot_window_s, screen.target_s, screen.warmup_s) == (0.1, 0.02, 0.05)
+    assert (screen.hot_window_s, screen.target_s, screen.warmup_s) == (0.1, 0.02, 0.01)
 
 
 @pytest.mark.parametrize(("objectives", "screen", "promote", "field"), [
@@ -274,10 +274,10 @@ def test_screen_measure_splits_the_stages() -> None:
     screen, promote = (part.model_dump() for part in resolved)
     full, screened = screening.screen_measure({**measure, "screen": screen, "promote": promote})
     assert full == measure
-    assert screened == {**measure, "hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50, "warmup_s": 0.1}
+    assert screened == {**measure, "hot_window_s": 0.2, "target_s": 0.05, "cold_samples": 50, "warmup_s": 0.02}
     # an energy study's long warm-up is the full stage's only
     _, screened = screening.screen_measure({**measure, "warmup_s": 2.0, "screen": screen, "promote": promote})
-    assert screened is not None and screened["warmup_s"] == 0.1
+    assert screened is not None and screened["warmup_s"] == 0.02
     # a screen stored before screens had a warm-up of their own takes the full stage's
     older = {k: v for k, v in screen.items() if k != "warmup_s"}
     _, screened = screening.screen_measure({**measure, "screen": older, "promote": promote})

@@ -386,6 +386,6 @@ def test_gpu_energy_studies_get_a_longer_warm_up_and_hot_window_unless_they_set_
     assert window(["runtime_ms", "energy_mj"]) == (2.0, 1.6)
     assert window(["power_w"]) == (2.0, 1.6)
     assert window(["runtime_ms", "energy_mj"], hot_window_s=0.8, warmup_s=0.5) == (0.5, 0.8)
-    # the screen keeps a short warm-up: it measures runtime, which settles within 0.1 s
+    # the screen keeps a short warm-up: it measures runtime, which settles within a few replays of a busy GPU
     screened = measure(["runtime_ms", "energy_mj"], screen={})
-    assert (screened["warmup_s"], screened["screen"]["warmup_s"]) == (2.0, 0.1)
+    assert (screened["warmup_s"], screened["screen"]["warmup_s"]) == (2.0, 0.02)

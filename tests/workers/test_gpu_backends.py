@@ -18,6 +18,7 @@ from workers.backends.cuda_backend import CudaBackend, program_settings, variant
 from workers.backends.gpu_loader import resolve, shape_key
 from workers.backends.triton_backend import TritonBackend
 from workers.backends.triton_kernel import compile_options, meta_parameters
+from workers.measure.gpu_harness import ACTIVITY, BUSY_WARMUP_S, IDLE_GAP_S, MIN_WARMUP_S
 
 FAST = MeasureSettings(warmup_s=0.02, min_repeats=20, max_repeats=400, target_s=0.05, hot_window_s=0.3)
 
@@ -181,6 +182,25 @@ def test_builtin_compiles_checks_and_measures(backend_cls: type, name: str, tmp_
     assert "shapes" in environment and "device" in environment
     if "energy_mj" in metrics:
         assert metrics["power_w"].value > 0
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_warm_up_floor_is_kept_after_an_idle_gap_only(tmp_path: Path) -> None:
+    backend = TritonBackend()
+    spec = small_spec("triton", "gemm_bf16")
+    built = backend.compile(spec, {}, tmp_path)
+    settings = FAST.model_copy(update={"warmup_s": 0.0})
+    ACTIVITY.ended = None  # as in a process that has not measured yet
+
+    def warmups() -> list[float]:
+        _, environment = backend.measure(spec, {}, built, ["runtime_ms"], settings)
+        return [shape["hot"]["warmup_s"] for shape in environment["shapes"].values()]
+
+    assert warmups() == [MIN_WARMUP_S]
+    assert warmups() == [BUSY_WARMUP_S]  # right after the first: the GPU is still busy
+    ACTIVITY.ended -= IDLE_GAP_S  # type: ignore[operator]
+    assert warmups() == [MIN_WARMUP_S]
 
 
 @pytest.mark.gpu

@@ -27,7 +27,13 @@ from workers.measure.gpu_energy import (
     energy_window,
     ticks_from_readings,
 )
-from workers.measure.gpu_harness import wanted_sample_sets
+from workers.measure.gpu_harness import (
+    BUSY_WARMUP_S,
+    IDLE_GAP_S,
+    MIN_WARMUP_S,
+    GpuActivity,
+    wanted_sample_sets,
+)
 from workers.measure.gpu_timing import plan_calls_per_graph, plan_cold_samples, plan_replays
 from workers.measure.gpu_toolchain import (
     acf_ptxas_flags,
@@ -260,6 +266,15 @@ class TestPlanning:
         assert plan_cold_samples(0.001, 0.0001, 0.3, 300, 2000) == 300
         assert plan_cold_samples(0.00001, 0.00009, 0.3, 300, 2000) == 2000
         assert plan_cold_samples(0.0001, 0.0001, 0.1, 20, 2000) == 500
+
+    def test_warm_up_floor_follows_the_idle_gap(self) -> None:
+        activity = GpuActivity()
+        assert activity.floor(now=100.0) == MIN_WARMUP_S  # the process's first measurement
+        activity.mark(now=100.0)
+        assert activity.floor(now=100.0) == activity.floor(now=100.0 + IDLE_GAP_S - 0.01) == BUSY_WARMUP_S
+        assert activity.floor(now=100.0 + IDLE_GAP_S) == MIN_WARMUP_S
+        assert activity.floor(now=99.0) == MIN_WARMUP_S  # a clock that went back proves nothing
+        assert BUSY_WARMUP_S < MIN_WARMUP_S
 
     def test_sample_sets_follow_objectives(self) -> None:
         assert wanted_sample_sets(["runtime_ms"]) == (True, False)

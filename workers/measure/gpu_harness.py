@@ -13,6 +13,7 @@ energy per call taken over ticks well inside the run.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +50,31 @@ from workers.measure.nvml_sampler import (
 )
 
 P99_MIN_SAMPLES = 300  # with fewer, no order statistic bounds the 99th percentile at 95%
-MIN_WARMUP_S = 0.1  # clocks and power settle within this after an idle gap
+MIN_WARMUP_S = 0.1  # clocks and power settle within this after an idle gap...
+BUSY_WARMUP_S = 0.02  # ...and are already settled when this process's last measurement
+IDLE_GAP_S = 1.0  # ended less than this ago (a warm runner measuring trial after trial)
+
+
+class GpuActivity:
+    """When this process last kept the GPU busy measuring, for the warm-up floor: a hot
+    window's warm-up brings clocks and power to their steady state after an idle gap, which
+    a GPU measured back to back is already in (bench/results/gpu_screening_compare.md,
+    ninth series)."""
+
+    def __init__(self) -> None:
+        self.ended: float | None = None  # perf_counter() when the last measurement ended
+
+    def floor(self, now: float | None = None) -> float:
+        """The least warm-up before a hot window started `now`."""
+        now = time.perf_counter() if now is None else now
+        busy = self.ended is not None and 0 <= now - self.ended < IDLE_GAP_S
+        return BUSY_WARMUP_S if busy else MIN_WARMUP_S
+
+    def mark(self, now: float | None = None) -> None:
+        self.ended = time.perf_counter() if now is None else now
+
+
+ACTIVITY = GpuActivity()
 
 
 @dataclass
@@ -97,6 +122,7 @@ def measure_workload(
             environment["cold"] = _cold(
                 shapes, samples, call_seconds, objectives, settings, sampler
             )
+        ACTIVITY.mark()
     metrics = workload_metrics(samples, objectives, settings.confidence)
     return metrics, environment
 
@@ -108,15 +134,16 @@ def _hot(
     settings: MeasureSettings,
     sampler: NvmlSampler | None,
 ) -> dict[str, Any]:
-    window = hot_window(
-        shape.launch, settings.hot_window_s, max(settings.warmup_s, MIN_WARMUP_S), call_s
-    )
+    warmup_s = max(settings.warmup_s, ACTIVITY.floor())
+    window = hot_window(shape.launch, settings.hot_window_s, warmup_s, call_s)
+    ACTIVITY.mark()
     sample.hot_ms = window.per_call_ms
     sample.hot_mean_ms = window.mean_call_ms
     info: dict[str, Any] = {
         "mode": window.mode,
         "calls": window.calls,
         "calls_per_replay": window.calls_per_replay,
+        "warmup_s": warmup_s,
         "window_s": window.busy_end - window.busy_start,
     }
     if sampler is not None:
