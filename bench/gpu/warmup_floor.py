@@ -1,26 +1,26 @@
-"""Whether a screen's short warm-up on a busy GPU measures what the 0.1 s warm-up floor does.
+"""How long a hot window's warm-up must be, on a busy GPU and after an idle one.
 
-The GPU harness warms a hot window up for at least 0.1 s after an idle gap
-(`gpu_harness.MIN_WARMUP_S`) and for 0.02 s when its process measured less than a second ago
-(`BUSY_WARMUP_S`, `IDLE_GAP_S`): a warm runner that measures trial after trial keeps the GPU's
-clocks and power where a warm-up would bring them. This bench checks that on the GPU, in one
+The GPU harness warms a hot window up for at least `gpu_harness.MIN_WARMUP_S` after an idle
+gap and for `BUSY_WARMUP_S` when its process measured less than `IDLE_GAP_S` ago (a warm
+runner measuring trial after trial). This bench measures what those floors are worth, in one
 process, with the built-in bf16 GEMM at 4096^3 and the screen's measurement (runtime_ms, a
 0.2 s hot window):
 
 - configurations from the recorded sweep (gpu_raw_2026-11-29/sweep.json), spread over its
   runtimes, compiled and checked once;
-- in each round, the configurations in a shuffled order, each measured three ways, in a
-  rotating order:
-  - `busy_short`: right after another measurement, with the busy floor (0.02 s);
-  - `busy_long`: right after another measurement, with 0.1 s (the floor before);
-  - `idle_short`: after `--idle-s` of an idle GPU, with 0.02 s (what the floor after an idle
-    gap is there for).
+- in each round, the configurations in a shuffled order, each measured every way of `--ways`
+  in a rotating order, with the harness's floors set aside so that the way's warm-up is the
+  one used (each sample records it):
+  - `busy:S`: right after another configuration's measurement, S seconds of warm-up;
+  - `idle:S`: after `--idle-s` of an idle GPU, S seconds of warm-up.
 
-Reported (OUT.json, and a table on stdout): per configuration the median runtime of each way
-and the ratios busy_short / busy_long and idle_short / busy_long, with the SM clock of the
-windows; and the seconds each way's measurement took.
+Reported (OUT.json, and tables on stdout): per configuration the median runtime of each way;
+per way, each sample over its configuration's median by the reference way (`--reference`,
+the 0.1 s floor on a busy GPU): the median ratio, the share of samples more than 2% off (half
+the screen's promotion margin) and the largest deviation; and the seconds each way took.
 
     python3 bench/gpu/warmup_floor.py OUT.json [--configs 8] [--rounds 3] [--idle-s 3]
+        [--ways busy:0.02,busy:0.1,idle:0.02] [--reference busy:0.1]
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ from workers.cache import ArtifactCache  # noqa: E402
 from workers.measure import gpu_harness  # noqa: E402
 
 SWEEP = REPO / "bench" / "results" / "gpu_raw_2026-11-29" / "sweep.json"
-WAYS = ("busy_short", "busy_long", "idle_short")
+OFF = 0.02  # a sample this far off its configuration's reference median counts as off
 
 
 def screen(warmup_s: float) -> MeasureSettings:
-    """The screen's measurement (runtime_ms): a 0.2 s hot window after `warmup_s` at least."""
+    """The screen's measurement (runtime_ms): a 0.2 s hot window after `warmup_s`."""
     return MeasureSettings(warmup_s=warmup_s, min_repeats=20, max_repeats=2000, target_s=0.05, hot_window_s=0.2)
 
 
@@ -63,12 +63,11 @@ def spread_configs(count: int) -> list[dict[str, Any]]:
 
 
 def measure(harness: Harness, config: dict[str, Any], built: Any, way: str, idle_s: float) -> dict[str, Any]:
-    if way == "idle_short":
+    state, seconds = way.split(":")
+    if state == "idle":
         time.sleep(idle_s)
-        gpu_harness.ACTIVITY.mark()  # taken for busy: the short floor after a real idle gap
-    settings = screen(0.1 if way == "busy_long" else 0.0)
     started = time.perf_counter()
-    metrics, environment = harness.backend.measure(harness.spec, config, built, ["runtime_ms"], settings)
+    metrics, environment = harness.backend.measure(harness.spec, config, built, ["runtime_ms"], screen(float(seconds)))
     hot = next(iter(environment["shapes"].values()))["hot"]
     return {"way": way, "runtime_ms": metrics["runtime_ms"].value, "warmup_s": hot.get("warmup_s"),
             "sm_clock_mhz": hot.get("sm_clock_mhz"), "seconds": time.perf_counter() - started}
@@ -80,10 +79,16 @@ def main() -> None:
     parser.add_argument("--configs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--idle-s", type=float, default=3.0)
+    parser.add_argument("--ways", default="busy:0.02,busy:0.1,idle:0.02")
+    parser.add_argument("--reference", default="busy:0.1")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    ways = args.ways.split(",")
+    assert args.reference in ways, "the reference must be one of the ways"
+    # each way's warm-up is the one used: the floors are set aside
+    gpu_harness.MIN_WARMUP_S = gpu_harness.BUSY_WARMUP_S = 0.0
     harness = Harness("triton", "gemm_bf16", ArtifactCache(Path(tempfile.mkdtemp(prefix="warmup-floor-"))),
-                      screen(0.0))
+                      screen(0.1))
     configs = spread_configs(args.configs)
     built = []
     for config in configs:
@@ -93,49 +98,48 @@ def main() -> None:
         built.append(artifact)
     rng = random.Random(args.seed)
     samples: list[dict[str, Any]] = []
-    harness.backend.measure(harness.spec, configs[0], built[0], ["runtime_ms"], screen(0.0))  # busy
+    harness.backend.measure(harness.spec, configs[0], built[0], ["runtime_ms"], screen(1.0))  # the GPU busy
     for round_ in range(args.rounds):
         order = list(range(len(configs)))
         rng.shuffle(order)
         for turn, index in enumerate(order):
-            ways = WAYS[(turn + round_) % 3:] + WAYS[:(turn + round_) % 3]
-            for way in ways:
+            shift = (turn + round_) % len(ways)
+            for way in ways[shift:] + ways[:shift]:
                 sample = measure(harness, configs[index], built[index], way, args.idle_s)
                 samples.append({"config": index, "round": round_, **sample})
         print(f"round {round_ + 1} of {args.rounds} done", flush=True)
     result = {"configs": configs, "samples": samples, "args": vars(args), "screen": screen(0.0).model_dump(),
-              "floors": {"min_warmup_s": gpu_harness.MIN_WARMUP_S, "busy_warmup_s": gpu_harness.BUSY_WARMUP_S,
-                         "idle_gap_s": gpu_harness.IDLE_GAP_S},
               "device": gpu_harness.device_description()}
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(table(result))
+    print(tables(result))
 
 
-def table(result: dict[str, Any]) -> str:
-    lines = ["| config | busy_short ms | busy_long ms | idle_short ms | short/long busy | idle_short/busy_long |"
-             " clock MHz (median of the windows: busy_short, busy_long, idle_short) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    ratios: dict[str, list[float]] = {"busy": [], "idle": []}
+def tables(result: dict[str, Any]) -> str:
+    ways, reference = result["args"]["ways"].split(","), result["args"]["reference"]
+    samples = result["samples"]
+    lines = ["| config | " + " | ".join(f"{w} ms" for w in ways) + " | median SM clock MHz of the windows |",
+             "| --- |" + " --- |" * (len(ways) + 1)]
+    deviations: dict[str, list[float]] = {w: [] for w in ways}
     for index, config in enumerate(result["configs"]):
-        mine = [s for s in result["samples"] if s["config"] == index]
-        median = {w: statistics.median(s["runtime_ms"] for s in mine if s["way"] == w) for w in WAYS}
+        mine = [s for s in samples if s["config"] == index]
+        median = {w: statistics.median(s["runtime_ms"] for s in mine if s["way"] == w) for w in ways}
         clock = {w: statistics.median((s["sm_clock_mhz"] or {}).get("median", 0) for s in mine if s["way"] == w)
-                 for w in WAYS}
-        busy, idle = median["busy_short"] / median["busy_long"], median["idle_short"] / median["busy_long"]
-        ratios["busy"].append(busy)
-        ratios["idle"].append(idle)
+                 for w in ways}
+        for s in mine:
+            deviations[s["way"]].append(s["runtime_ms"] / median[reference] - 1)
         name = "x".join(str(config[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")) + \
             f" w{config['num_warps']} s{config['num_stages']}"
-        lines.append(f"| {name} | {median['busy_short']:.4f} | {median['busy_long']:.4f} | {median['idle_short']:.4f}"
-                     f" | {busy:.4f} | {idle:.4f} | {clock['busy_short']:.0f}, {clock['busy_long']:.0f},"
-                     f" {clock['idle_short']:.0f} |")
-    seconds = {w: statistics.median(s["seconds"] for s in result["samples"] if s["way"] == w) for w in WAYS}
-    lines.append("")
-    lines.append(f"ratios over the configurations: busy short/long median {statistics.median(ratios['busy']):.4f}"
-                 f" (min {min(ratios['busy']):.4f}, max {max(ratios['busy']):.4f}); idle short / busy long median"
-                 f" {statistics.median(ratios['idle']):.4f} (min {min(ratios['idle']):.4f},"
-                 f" max {max(ratios['idle']):.4f})")
-    lines.append("median seconds per measurement: " + ", ".join(f"{w} {seconds[w]:.3f}" for w in WAYS))
+        lines.append(f"| {name} | " + " | ".join(f"{median[w]:.4f}" for w in ways) + " | "
+                     + ", ".join(f"{clock[w]:.0f}" for w in ways) + " |")
+    lines += ["", f"Each sample over its configuration's median by {reference}:", "",
+              "| way | median | samples more than 2% off | largest deviation | median seconds per measurement |",
+              "| --- | --- | --- | --- | --- |"]
+    for w in ways:
+        d = deviations[w]
+        off = sum(abs(x) > OFF for x in d)
+        seconds = statistics.median(s["seconds"] for s in samples if s["way"] == w)
+        lines.append(f"| {w} | {statistics.median(d):+.4f} | {off} of {len(d)} | {max(d, key=abs):+.4f} |"
+                     f" {seconds:.3f} |")
     return "\n".join(lines)
 
 

@@ -51,7 +51,7 @@ from workers.measure.nvml_sampler import (
 
 P99_MIN_SAMPLES = 300  # with fewer, no order statistic bounds the 99th percentile at 95%
 MIN_WARMUP_S = 0.1  # clocks and power settle within this after an idle gap...
-BUSY_WARMUP_S = 0.02  # ...and are already settled when this process's last measurement
+BUSY_WARMUP_S = 0.02  # ...and need no longer (bench/gpu/warmup_floor.py) when this process's last measurement
 IDLE_GAP_S = 1.0  # ended less than this ago (a warm runner measuring trial after trial)
 
 
