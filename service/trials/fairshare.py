@@ -13,6 +13,7 @@ is leased before any `normal` one (it preempts nothing: it takes the next free w
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ class Candidate:
     weight: float = 1.0
 
 
+NO_SHARE, NO_USAGE = TeamShare(), Usage()  # read only
+
+
 def decayed(gpu_seconds: float, age_s: float, half_life_s: float) -> float:
     """GPU-seconds used `age_s` ago, as they count now."""
     return gpu_seconds * math.pow(0.5, max(0.0, age_s) / half_life_s)
@@ -78,13 +82,18 @@ def load(usage: Usage, mean_trial_s: float) -> float:
 
 
 def order(candidates: Iterable[Candidate], shares: dict[int, TeamShare], teams: dict[int, Usage],
-          studies: dict[int, Usage], mean_trial_s: float) -> list[Candidate]:
+          studies: dict[int, Usage], mean_trial_s: float, first: int | None = None) -> list[Candidate]:
     """The studies in the order they lease: priority class, then the team's load per unit of
-    weight, then the study's, then the oldest study (the caller leaves out teams `held_back`)."""
-    def key(c: Candidate) -> tuple[int, float, float, int]:
-        share = shares.get(c.team_id, TeamShare())
-        team = load(teams.get(c.team_id, Usage()), mean_trial_s) / share.weight
-        study = load(studies.get(c.study_id, Usage()), mean_trial_s) / c.weight
-        return RANK[c.priority], team, study, c.study_id
+    weight, then the study's, then the oldest study (the caller leaves out teams `held_back`);
+    only the `first` few when given (one pass, no sort of the pool's studies)."""
+    team_loads: dict[int, float] = {}  # a team's part of the key, once per team
 
-    return sorted(candidates, key=key)
+    def key(c: Candidate) -> tuple[int, float, float, int]:
+        team = team_loads.get(c.team_id)
+        if team is None:
+            team = team_loads[c.team_id] = (load(teams.get(c.team_id, NO_USAGE), mean_trial_s)
+                                            / shares.get(c.team_id, NO_SHARE).weight)
+        study = studies.get(c.study_id, NO_USAGE)
+        return RANK[c.priority], team, (study.decayed_s + study.running * mean_trial_s) / c.weight, c.study_id
+
+    return sorted(candidates, key=key) if first is None else heapq.nsmallest(first, candidates, key=key)

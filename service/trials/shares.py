@@ -112,14 +112,14 @@ class PoolShares:
         return fairshare.held_back(self.team_names.get(team_id, str(team_id)), self.name, self.share(team_id),
                                    self.teams.get(team_id, Usage()))
 
-    def order(self, worker: WorkerInfo) -> tuple[list[int], list[int]]:
-        """The studies `worker` may lease from, in the policy's order, and those whose team's
-        quota holds them back."""
+    def order(self, worker: WorkerInfo, first: int | None = None) -> tuple[list[int], list[int]]:
+        """The studies `worker` may lease from, in the policy's order (the `first` few when
+        given), and those whose team's quota holds them back."""
         held = {team for team in {e.candidate.team_id for e in self.entries.values()} if self.held_back(team)}
         fits = [e.candidate for e in self.entries.values() if e.candidate.team_id not in held and e.fits(worker)]
-        ordered = fairshare.order(fits, self.shares, self.teams, self.studies, self.mean_trial_s)
+        ordered = fairshare.order(fits, self.shares, self.teams, self.studies, self.mean_trial_s, first)
         return ([c.study_id for c in ordered],
-                sorted(sid for sid, e in self.entries.items() if e.candidate.team_id in held))
+                sorted(sid for sid, e in self.entries.items() if e.candidate.team_id in held) if held else [])
 
     def count_lease(self, study_id: int, team_id: int, delta: int) -> None:
         for usage in (self.teams.setdefault(team_id, Usage()), self.studies.setdefault(study_id, Usage())):
@@ -217,8 +217,8 @@ class ShareView:
             pool = self.pools.get(worker.pool)
             if pool is None:
                 return Plan([], [])
-            order, held = pool.order(worker)
-            return Plan(order[:MAX_TRIES], held)
+            order, held = pool.order(worker, MAX_TRIES)
+            return Plan(order, held)
 
     def claim(self, pool_name: str, study_id: int) -> bool:
         """Count a lease of `study_id` about to be tried; False: its team reached its quota

@@ -45,6 +45,31 @@ def test_a_priority_class_comes_before_every_share() -> None:
     assert ids(order(studies, {}, teams, {}, mean_trial_s=1.0)) == [11, 30, 20, 10]
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_the_first_few_are_the_head_of_the_whole_order(seed: int) -> None:
+    """A lease asks for the first few studies only (one pass, no sort): they must be the head
+    of the order the policy defines, keyed here by hand, ties included."""
+    rng = random.Random(seed)
+    teams = {t: Usage(decayed_s=rng.choice([0, 5, 10.5]), running=rng.randrange(3)) for t in (A, B, C)}
+    shares = {t: TeamShare(weight=rng.choice([1, 2, 3])) for t in (A, B) if rng.random() < 0.7}
+    studies = [Candidate(s, rng.choice((A, B, C)), rng.choice(list(Priority)), rng.choice([1.0, 2.0]))
+               for s in rng.sample(range(1000), rng.randrange(1, 60))]
+    per_study = {c.study_id: Usage(decayed_s=rng.choice([0, 1, 2.5]), running=rng.randrange(2))
+                 for c in studies if rng.random() < 0.8}
+    rank = {Priority.URGENT: 0, Priority.NORMAL: 1, Priority.BATCH: 2}
+
+    def by_hand(c: Candidate) -> tuple[int, float, float, int]:
+        team, study = teams[c.team_id], per_study.get(c.study_id, Usage())
+        weight = shares[c.team_id].weight if c.team_id in shares else 1.0
+        return (rank[c.priority], (team.decayed_s + team.running * 0.7) / weight,
+                (study.decayed_s + study.running * 0.7) / c.weight, c.study_id)
+
+    expected = ids(sorted(studies, key=by_hand))
+    assert ids(order(studies, shares, teams, per_study, mean_trial_s=0.7)) == expected
+    for first in (1, 4, len(studies) + 3):
+        assert ids(order(studies, shares, teams, per_study, mean_trial_s=0.7, first=first)) == expected[:first]
+
+
 def test_usage_halves_every_half_life() -> None:
     assert decayed(100, 0, 3600) == 100
     assert decayed(100, 3600, 3600) == pytest.approx(50)
