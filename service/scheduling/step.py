@@ -74,15 +74,16 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     mirror = cache.get(session, study)
     # every sequence number the step may need, in one round trip (unused ones are skipped)
     seqs = iter(next_seqs(session, len(untold) + min(ASKS_PER_STEP, study.parallelism) + 1))
+    tallies = read_tallies(session, study, untold)  # before the step writes anything
     decided = 0
+    unseen = [t for t in untold if not promotion.deferred(t)]  # a deferred screen counted when first seen
     if untold:
-        unseen = [t for t in untold if not promotion.deferred(t)]  # a deferred screen counted when first seen
         decided = _account(session, study, mirror, untold, seqs)
-        shares.add_usage(session, study, unseen)
         report.accounted = len(unseen)
         report.more = len(untold) == TELLS_PER_STEP
+    tallies.tell([t for t in untold if t.told])
     pace = (max(1, report.accounted), report.locked_at + ASK_UNTIL_S)
-    asked, room = _settle_and_refill(session, study, mirror, pace, seqs)
+    asked, room = _settle_and_refill(session, study, mirror, pace, seqs, tallies)
     report.queued = asked.queued
     report.more = report.more or report.queued < room  # the next step asks for the rest
     # a screen decided after it was deferred changes the study too: other processes'
@@ -91,6 +92,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     if report.changed:
         lifecycle.touch(session, study, next(seqs, None))
     session.flush()  # the new trials and the study's row, one round trip each
+    shares.add_usage(session, study, unseen)
     for trial, optuna_id in asked.trials:
         mirror.adopt(trial, optuna_id)
     mirror.persist(session)  # a search engine's state, committed with the step
@@ -136,44 +138,73 @@ def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[T
     return promotion.decide(session, study, mirror, screened)
 
 
-def counts_of(session: Session, study: Study) -> schedule.Counts:
+@dataclass
+class Tallies:
+    """What a step counts of its study's trials in the database, read before it writes
+    anything (so that nothing is flushed early and the study's row is written once): trials
+    running, the infeasible ones told, and the latest trials for a streak of them; then the
+    trials the step told (`tell`)."""
+
+    running: int
+    infeasible: int
+    latest: list[tuple[int, str, str | None, bool]]  # (id, state, failure_reason, told), newest first
+    told_now: set[int] = field(default_factory=set)
+
+    def tell(self, trials: list[Trial]) -> None:
+        """`trials` were told by this step (the database has them untold until it flushes)."""
+        self.told_now = {t.id for t in trials}
+        self.infeasible += sum(_infeasible(t.state, t.failure_reason) for t in trials)
+
+    def in_a_row(self) -> int:
+        """How many of the latest trials (by number, cancelled ones aside) are infeasible and told."""
+        streak = 0
+        for trial_id, state, reason, told in self.latest:
+            if not (_infeasible(state, reason) and (told or trial_id in self.told_now)):
+                break
+            streak += 1
+        return streak
+
+
+def _infeasible(state: str, reason: str | None) -> bool:
+    return state == TrialState.FAILED and reason == FailureReason.INFEASIBLE
+
+
+def read_tallies(session: Session, study: Study, untold: list[Trial]) -> Tallies:
     running, infeasible = session.execute(
         select(func.count().filter(Trial.state == TrialState.RUNNING.value),
                func.count().filter(and_(*queries.infeasible())))
         .where(Trial.study_id == study.id, Trial.state.in_((TrialState.RUNNING.value, TrialState.FAILED.value)))
     ).one()
+    latest: list[tuple[int, str, str | None, bool]] = []
+    if infeasible or any(_infeasible(t.state, t.failure_reason) for t in untold):
+        cap = document_of(study).budget.max_infeasible_in_a_row or sd.DEFAULT_INFEASIBLE_IN_A_ROW
+        rows = session.execute(
+            select(Trial.id, Trial.state, Trial.failure_reason, Trial.told)
+            .where(Trial.study_id == study.id, Trial.state != TrialState.CANCELLED.value)
+            .order_by(Trial.number.desc()).limit(cap))
+        latest = [(row.id, row.state, row.failure_reason, row.told) for row in rows]
+    return Tallies(int(running), int(infeasible), latest)
+
+
+def counts_of(study: Study, tallies: Tallies, refused: int = 0, in_a_row: int | None = None) -> schedule.Counts:
+    """The study's counts as its step sees them: its row as the step changed it, the tallies,
+    and `refused` proposals this step failed at once (`in_a_row`: the streak they ended on)."""
     budget = document_of(study).budget
     return schedule.Counts(
         state=study.state, created=study.n_created, completed=study.n_completed, failed=study.n_failed,
-        cancelled=study.n_cancelled, screened_out=study.n_screened_out, running=int(running),
+        cancelled=study.n_cancelled, screened_out=study.n_screened_out, running=tallies.running,
         max_trials=study.max_trials, max_failed=study.max_failed_trials, parallelism=study.parallelism,
-        past_wall_time=lifecycle.past_wall_time(study), infeasible=infeasible,
-        infeasible_in_a_row=_infeasible_in_a_row(session, study.id, budget) if infeasible else 0,
+        past_wall_time=lifecycle.past_wall_time(study), infeasible=tallies.infeasible + refused,
+        infeasible_in_a_row=tallies.in_a_row() if in_a_row is None else in_a_row,
         count_infeasible=budget.count_infeasible, max_infeasible=budget.max_infeasible,
         max_infeasible_in_a_row=budget.max_infeasible_in_a_row,
     )
 
 
-def _infeasible_in_a_row(session: Session, study_id: int, budget: sd.ResolvedBudget) -> int:
-    """How many of the latest trials (by number, cancelled ones aside) are infeasible."""
-    cap = budget.max_infeasible_in_a_row or sd.DEFAULT_INFEASIBLE_IN_A_ROW
-    latest = session.execute(
-        select(Trial.state, Trial.failure_reason, Trial.told)
-        .where(Trial.study_id == study_id, Trial.state != TrialState.CANCELLED.value)
-        .order_by(Trial.number.desc()).limit(cap)
-    ).all()
-    streak = 0
-    for state, reason, told in latest:
-        if not (state == TrialState.FAILED and reason == FailureReason.INFEASIBLE and told):
-            break
-        streak += 1
-    return streak
-
-
 def _settle_and_refill(session: Session, study: Study, mirror: StudyMirror, pace: tuple[int, float],
-                       seqs: Iterator[int]) -> tuple[Asked, int]:
+                       seqs: Iterator[int], tallies: Tallies) -> tuple[Asked, int]:
     """(what this step asked and queued, trials the study has room for)."""
-    counts = counts_of(session, study)
+    counts = counts_of(study, tallies)
     settlement = schedule.settle(counts, study.finish_reason)
     if settlement is not None:
         lifecycle.apply_settlement(session, study, settlement)
@@ -182,7 +213,7 @@ def _settle_and_refill(session: Session, study: Study, mirror: StudyMirror, pace
     asked = _ask(session, study, mirror, min(room, ASKS_PER_STEP), counts, pace, seqs)
     if asked.refused or asked.budget_left == 0:
         # the budget or the space is spent (done once all report), or refusals reached a cap
-        settlement = schedule.settle(counts_of(session, study), study.finish_reason)
+        settlement = schedule.settle(counts_of(study, tallies, asked.refused, asked.in_a_row), study.finish_reason)
         if settlement is not None:
             lifecycle.apply_settlement(session, study, settlement)
             return asked, asked.queued
@@ -199,6 +230,7 @@ class Asked:
     refused: int = 0  # infeasible on the study's target: failed before queuing
     budget_left: int = 0
     waiting: bool = False  # the sampler proposes nothing until trials in flight are told
+    in_a_row: int = 0  # the latest trials infeasible in a row once it asked
     trials: list[tuple[Trial, int]] = field(default_factory=list)  # queued, with their sampler ids
 
 
@@ -209,8 +241,7 @@ def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, count
     sampler asked again; it takes a place in the budget only if the study counts them.
     `pace` is (how many to ask whatever the time, the time after which to ask no more)."""
     at_least, deadline = pace
-    asked = Asked(budget_left=counts.budget_left)
-    in_a_row = counts.infeasible_in_a_row
+    asked = Asked(budget_left=counts.budget_left, in_a_row=counts.infeasible_in_a_row)
     document = document_of(study)
     screen = document.measure.screen
     stage = "screen" if screen else None  # a study that screens measures every trial so first
@@ -218,7 +249,7 @@ def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, count
     while asked.queued < wanted and asked.budget_left > 0:
         if asked.queued + asked.refused >= at_least and time.perf_counter() > deadline:
             break
-        if _capped(counts, asked.refused, in_a_row):
+        if _capped(counts, asked.refused, asked.in_a_row):
             break  # the study fails at its settlement
         try:
             params, sampler_state, optuna_id = mirror.ask(study.n_created)
@@ -253,12 +284,12 @@ def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, count
             asked.trials.append((trial, optuna_id))
             asked.queued += 1
             asked.budget_left -= 1
-            in_a_row = 0
+            asked.in_a_row = 0
         else:
             _refuse(session, study, mirror, trial, optuna_id, refusal)
             asked.refused += 1
             asked.budget_left -= 1 if counts.count_infeasible else 0
-            in_a_row += 1
+            asked.in_a_row += 1
     return asked
 
 
