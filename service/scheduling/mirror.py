@@ -303,7 +303,7 @@ class MirrorCache:
         if evicted is not None:
             evicted.close()
         try:
-            if mirror.stepped_at is None or mirror.stepped_at != study.seq:
+            if mirror.stepped_at != study.seq:
                 mirror.sync(session)
         except BaseException:
             self.drop(study.id)

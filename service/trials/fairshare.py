@@ -93,7 +93,7 @@ def order(candidates: Iterable[Candidate], shares: dict[int, TeamShare], teams: 
         if team is None:
             team = team_loads[c.team_id] = (load(teams.get(c.team_id, NO_USAGE), mean_trial_s)
                                             / shares.get(c.team_id, NO_SHARE).weight)
-        study = studies.get(c.study_id, NO_USAGE)
-        return RANK[c.priority], team, (study.decayed_s + study.running * mean_trial_s) / c.weight, c.study_id
+        study = load(studies.get(c.study_id, NO_USAGE), mean_trial_s) / c.weight
+        return RANK[c.priority], team, study, c.study_id
 
     return sorted(candidates, key=key) if first is None else heapq.nsmallest(first, candidates, key=key)
