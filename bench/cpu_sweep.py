@@ -10,7 +10,7 @@ own shuffled order, so that the phases of a shared virtual machine (one measurem
 ran 30% fast or slow when tried) neither line up with a parameter nor decide a row: a row's
 values are the median of its passes, and the spread between passes is the replay's noise.
 
-    python bench/cpu_sweep.py --kernel matmul --out bench/results/cpu_sweep_matmul.json
+    python bench/cpu_sweep.py --kernel matmul --out bench/results/cpu_sweep_matmul_aligned.json
     python bench/cpu_sweep.py --kernel stencil --limit 6 --out /tmp/s.json   # a few configurations
 
 A study over the same space names it in its document (`space_document(kernel)`), so that

@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from replay_transfer import REFERENCE, load_cpu, load_gpu  # noqa: E402
 
 optuna_hv = pytest.importorskip("optuna._hypervolume")
-SWEEP = REPO / "bench/results/cpu_sweep_matmul.json"
+SWEEP = REPO / "bench/results/cpu_sweep_matmul_aligned.json"
 GEMM_SWEEPS = [REPO / "bench/results/gpu_raw_2026-11-29/sweep.json",
                REPO / "bench/results/gpu_raw_2026-12-02_transfer/sweep_gemm_decode.json",
                REPO / "bench/results/gpu_raw_2026-12-02_transfer/sweep_gemm_prefill.json"]
@@ -90,7 +90,8 @@ def test_a_held_out_shape_starts_from_the_other_shapes_and_reaches_the_best_soon
     def trials_to_2pct(run: dict) -> float:
         return run["reached"] if run["reached"] is not None else float("inf")
 
-    # the n=96 shape's best (one configuration within 2%) is also n=32's and n=64's best
+    # at n=96, configurations among the nearest shapes' best (n=64's second and third, n=160's first) lie within 1%
+    # of its best
     assert sum(trials_to_2pct(r) <= 5 for r in related) >= 3
     assert statistics.median(map(trials_to_2pct, related)) < min(map(trials_to_2pct, cold))
     assert all(r["hv_ratio"]["20"] >= 0.95 for r in related)

@@ -3,6 +3,11 @@
 A C kernel, built-in or user-written, implements one problem's calling convention (ABI);
 the problem makes fresh random inputs for a workload shape, calls the kernel through ctypes
 and computes the reference result in float64 with numpy.
+
+Every buffer a kernel sees starts on a 64-byte boundary (`ALIGNMENT`). numpy aligns to 16
+bytes only, and a vectorised kernel runs at one speed or another, up to twice as slow, as its
+buffers happen to fall: fresh inputs for each measurement would make that a measurement's
+noise.
 """
 
 from __future__ import annotations
@@ -47,6 +52,18 @@ class Problem(ABC):
         """Fresh random inputs for `dims` bound to the kernel function `fn`."""
 
 
+ALIGNMENT = 64  # bytes: a cache line, and every SIMD load width up to AVX-512
+
+
+def aligned(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of `array` that starts on an ALIGNMENT boundary."""
+    raw = np.empty(array.nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    out = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
 def _ptr(array: np.ndarray) -> ctypes.c_void_p:
     return ctypes.c_void_p(array.ctypes.data)
 
@@ -68,9 +85,9 @@ class Matmul(Problem):
 
     def case(self, fn: Any, dims: dict[str, int], rng: np.random.Generator) -> Case:
         m, n, k = dims["m"], dims["n"], dims["k"]
-        a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
-        b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-        c = np.full((m, n), np.nan, dtype=np.float32)
+        a = aligned(rng.uniform(-1, 1, (m, k)).astype(np.float32))
+        b = aligned(rng.uniform(-1, 1, (k, n)).astype(np.float32))
+        c = aligned(np.full((m, n), np.nan, dtype=np.float32))
         fn.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3
         fn.restype = None
         args = (m, n, k, _ptr(a), _ptr(b), _ptr(c))
@@ -117,9 +134,9 @@ class Stencil(Problem):
 
     def case(self, fn: Any, dims: dict[str, int], rng: np.random.Generator) -> Case:
         n, m, steps = dims["n"], dims["m"], dims["steps"]
-        grid = rng.uniform(-1, 1, (n, m)).astype(np.float32)
-        out = np.full((n, m), np.nan, dtype=np.float32)
-        scratch = np.empty((n, m), dtype=np.float32)
+        grid = aligned(rng.uniform(-1, 1, (n, m)).astype(np.float32))
+        out = aligned(np.full((n, m), np.nan, dtype=np.float32))
+        scratch = aligned(np.zeros((n, m), dtype=np.float32))
         fn.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3
         fn.restype = None
         args = (n, m, steps, _ptr(grid), _ptr(out), _ptr(scratch))
@@ -161,9 +178,9 @@ class RmsNorm(Problem):
 
     def case(self, fn: Any, dims: dict[str, int], rng: np.random.Generator) -> Case:
         rows, cols = dims["rows"], dims["cols"]
-        x = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
-        w = rng.uniform(0.5, 1.5, cols).astype(np.float32)
-        y = np.full((rows, cols), np.nan, dtype=np.float32)
+        x = aligned(rng.uniform(-1, 1, (rows, cols)).astype(np.float32))
+        w = aligned(rng.uniform(0.5, 1.5, cols).astype(np.float32))
+        y = aligned(np.full((rows, cols), np.nan, dtype=np.float32))
         fn.argtypes = [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float]
         fn.restype = None
         args = (rows, cols, _ptr(x), _ptr(w), _ptr(y), self.eps)
@@ -194,9 +211,9 @@ class SwiGlu(Problem):
 
     def case(self, fn: Any, dims: dict[str, int], rng: np.random.Generator) -> Case:
         rows, cols = dims["rows"], dims["cols"]
-        a = rng.uniform(-4, 4, (rows, cols)).astype(np.float32)
-        b = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
-        c = np.full((rows, cols), np.nan, dtype=np.float32)
+        a = aligned(rng.uniform(-4, 4, (rows, cols)).astype(np.float32))
+        b = aligned(rng.uniform(-1, 1, (rows, cols)).astype(np.float32))
+        c = aligned(np.full((rows, cols), np.nan, dtype=np.float32))
         fn.argtypes = [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3
         fn.restype = None
         args = (rows, cols, _ptr(a), _ptr(b), _ptr(c))
