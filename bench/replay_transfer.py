@@ -205,12 +205,12 @@ class Service:
         return response.json() if response.status_code != 204 else None
 
     def create(self, headers: dict[str, str], shape: ShapeSweep, seed: int, trials: int,
-               warm_start: str, **fields: Any) -> dict[str, Any]:
+               warm_start: str, sampler: str = "auto", **fields: Any) -> dict[str, Any]:
         doc = {"name": f"{self.sweep.kernel} {json.dumps(shape.workload[0]['dims'])} seed {seed}",
                "kernel": {"backend": self.sweep.backend, "builtin": self.sweep.kernel, "workload": shape.workload},
                **({"space": self.sweep.space} if self.sweep.space else {}),  # else the built-in's
                "objectives": self.sweep.objectives, "warm_start": warm_start,
-               "sampler": {"name": "auto", "seed": seed}, "budget": {"max_trials": trials}, "parallelism": 2,
+               "sampler": {"name": sampler, "seed": seed}, "budget": {"max_trials": trials}, "parallelism": 2,
                "pool": self.pool, **fields}
         return self._post("/v1/studies", doc, headers)  # type: ignore[no-any-return]
 
@@ -272,7 +272,7 @@ def outcome(shape: ShapeSweep, trials: list[dict[str, Any]], whole_hv: float) ->
 
 
 def held_out(sweep: KernelSweep, index: int, seeds: list[int], histories: int, earlier_trials: int,
-             earlier_warm: str, trials: int, cold: int) -> list[dict[str, Any]]:
+             earlier_warm: str, trials: int, cold: int, sampler: str = "auto") -> list[dict[str, Any]]:
     """Every seed's studies of the held-out shape `index`, in one service."""
     service = Service(sweep)
     try:
@@ -286,10 +286,12 @@ def held_out(sweep: KernelSweep, index: int, seeds: list[int], histories: int, e
                 continue
             team = service.team(f"shape{index}-history{history}")
             for number, other in enumerate(others):  # one after another, each starting from those before
-                study = service.create(team, other, 1000 + history * 100 + number, earlier_trials, earlier_warm)
+                study = service.create(team, other, 1000 + history * 100 + number, earlier_trials, earlier_warm,
+                                       sampler)
                 service.run({study["id"]: other}, 10_000 + history * 100 + number, team)
             runs_of = [("related", seed) for seed in group] + [("none", seed) for seed in group if seed < cold]
-            created = {(setting, seed): service.create(team, shape, seed, trials, setting) for setting, seed in runs_of}
+            created = {(setting, seed): service.create(team, shape, seed, trials, setting, sampler)
+                       for setting, seed in runs_of}
             runs = service.run({study["id"]: shape for study in created.values()}, history, team)
             for (setting, seed), study in created.items():
                 out.append({"shape": shape.workload[0]["dims"], "setting": setting, "seed": seed, "history": history,
@@ -339,6 +341,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=TRIALS)
     parser.add_argument("--held-out", default="", help="comma separated shape indices (default: every shape)")
     parser.add_argument("--cold", type=int, default=0, help="also run this many seeds with warm_start: none")
+    parser.add_argument("--sampler", default="auto", help="every study's sampler.name")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     import optuna
@@ -351,7 +354,7 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for index in indices:
         results += held_out(sweep, index, list(range(args.seeds)), args.histories, args.earlier_trials,
-                            args.earlier_warm_start, args.trials, args.cold)
+                            args.earlier_warm_start, args.trials, args.cold, args.sampler)
         print(f"shape {index} done, {time.monotonic() - started:.0f} s", flush=True)
     print(f"{sweep.kernel}: {' '.join(args.sweep)}; {args.seeds} seeds, {args.histories} histories of "
           f"{len(sweep.shapes) - 1} earlier studies x {args.earlier_trials} trials (warm_start "
