@@ -62,7 +62,7 @@ def one_study(kernel: str, sweep_path: Path, setting: dict[str, Any], seed: int,
         view = space.sampler_view(bool(setting.get("ordered_choices", False)))
     else:
         name, options, ordered = samplers.resolve(setting["name"], dict(setting.get("options", {})), len(objectives),
-                                                  lfbo.structured(space, builtin.backend, kernel))
+                                                  lfbo.auto_picks(space, kernel))
         view = space.sampler_view(setting.get("ordered_choices", ordered))
         described = lfbo.structured_space(view.distributions, view.from_sampler, builtin.backend, kernel,
                                           [WorkloadShape(dims=dims)]) if name == "lfbo" else None

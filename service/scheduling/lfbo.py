@@ -21,7 +21,10 @@ ask (History: at their own shapes, labelled within their own study, each weighin
 of one of the study's own; service.studies.transfer says which).
 
 Chosen by replaying recorded GPU sweeps (bench/results/gpu_gemm_cold_search.md): on the GEMM
-the structure model's prior does most of the work, the classifier the rest.
+the structure model's prior does most of the work, the classifier the rest. Without a
+structure model it still needs fewer trials than NSGA-II or TPE on every built-in replayed,
+so `auto` picks it for a built-in over a finite space (auto_picks;
+bench/results/auto_enumerable.md).
 """
 
 from __future__ import annotations
@@ -126,20 +129,17 @@ def history(space: StructuredSpace, to_sampler: Callable[[dict[str, Any]], dict[
     return History(np.vstack(features), np.concatenate(prior), order, np.concatenate(weights))
 
 
+def auto_picks(space: SearchSpace, builtin: str | None) -> bool:
+    """Whether `auto` is `lfbo` here: a built-in kernel over a space lfbo can enumerate. The
+    built-ins' recorded sweeps, replayed, are what it was chosen on; a kernel given by source
+    keeps NSGA-II or TPE."""
+    return builtin is not None and enumerable(space)
+
+
 def enumerable(space: SearchSpace) -> bool:
     """Whether `lfbo` can score every configuration of the space: finite, without floats, at
     most MAX_POINTS."""
     return space.is_discrete() and (space.grid_size() or 0) <= MAX_POINTS
-
-
-def structured(space: SearchSpace, backend: str, builtin: str | None) -> bool:
-    """Whether `auto` is `lfbo` here: a built-in with a structure model over a space it lists."""
-    return enumerable(space) and has_structure(backend, builtin)
-
-
-def has_structure(backend: str, builtin: str | None) -> bool:
-    kernel = get_builtin(backend, builtin) if builtin else None
-    return kernel is not None and kernel.structure is not None
 
 
 def _over_shapes(model: StructureModel, config: dict[str, Any], workload: list[WorkloadShape]) -> Structure:

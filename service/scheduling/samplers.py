@@ -135,24 +135,23 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bo
 
 
 # What `auto` becomes: (sampler, options, whether numeric choices are shown in order when
-# the document does not say: sampler.ordered_choices). Chosen by replaying recorded GPU
-# sweeps through the service, bench/results/gpu_gemm_replay_auto.md and
-# gpu_gemm_cold_search.md; options a document gives with `auto` are laid over these.
-AUTO_STRUCTURED: tuple[str, dict[str, Any], bool] = ("lfbo", {}, False)  # any number of objectives
+# the document does not say: sampler.ordered_choices). Chosen by replaying recorded sweeps
+# through the service, bench/results/gpu_gemm_replay_auto.md, gpu_gemm_cold_search.md and
+# auto_enumerable.md; options a document gives with `auto` are laid over these.
+AUTO_ENUMERABLE: tuple[str, dict[str, Any], bool] = ("lfbo", {}, False)  # any number of objectives
 AUTO_MULTI_OBJECTIVE: tuple[str, dict[str, Any], bool] = ("nsga2", {"population_size": 6}, True)
 AUTO_SINGLE_OBJECTIVE: tuple[str, dict[str, Any], bool] = ("tpe", {}, False)
 
 
 def resolve(name: str, options: dict[str, Any], n_objectives: int,
-            structured: bool = False) -> tuple[str, dict[str, Any], bool]:
+            enumerable: bool = False) -> tuple[str, dict[str, Any], bool]:
     """The sampler, options and ordered-choices default a study runs with: `auto` made
-    concrete (`lfbo` where the kernel has a structure model and the space is finite and small
-    enough, `structured`); a named sampler sees categorical choices unordered unless the
-    document asks."""
+    concrete (`lfbo` where lfbo.auto_picks it, `enumerable`); a named sampler sees categorical
+    choices unordered unless the document asks."""
     if name != "auto":
         return name, dict(options), False
-    if structured:
-        chosen, defaults, ordered = AUTO_STRUCTURED
+    if enumerable:
+        chosen, defaults, ordered = AUTO_ENUMERABLE
     else:
         chosen, defaults, ordered = AUTO_MULTI_OBJECTIVE if n_objectives > 1 else AUTO_SINGLE_OBJECTIVE
     return chosen, {**defaults, **options}, ordered

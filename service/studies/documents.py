@@ -128,8 +128,8 @@ def _resolve(doc: sd.StudyDocument) -> sd.ResolvedDocument:
     kernel, space, builtin_default = _kernel(doc)
     _per_token(objectives, kernel)
     baseline = sd.resolve_baseline(space, doc.baseline, builtin_default)
-    structured = lfbo.structured(space, kernel.backend, kernel.builtin)
-    sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives), structured)
+    sampler, options, ordered = samplers.resolve(doc.sampler.name, doc.sampler.options, len(objectives),
+                                                 lfbo.auto_picks(space, kernel.builtin))
     if sampler == "lfbo" and not lfbo.enumerable(space):
         raise sd.DocumentError("sampler.name", f"lfbo scores every configuration of a finite space of at most "
                                f"{lfbo.MAX_POINTS:,} without floats; this one is not: use auto, nsga2 or tpe")

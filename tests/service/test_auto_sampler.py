@@ -54,11 +54,22 @@ def test_auto_becomes_the_documented_sampler(api: Api) -> None:
     assert stored_sampler(api, multi["id"]) == documented_auto("two or more objectives")
     single = api.create_study(space=SPACE, objectives=["f1"], sampler={"name": "auto", "seed": 1})
     assert stored_sampler(api, single["id"]) == documented_auto("one objective")
-    for objectives in (["runtime_ms"], ["runtime_ms", "energy_mj"]):  # a built-in with a structure model
-        doc = {"name": "gemm", "kernel": {"backend": "triton", "builtin": "gemm_bf16"}, "objectives": objectives}
+    # built-ins over a finite space: with a structure model (the GEMM's own space) and without (the cpu matmul's
+    # tiles as bench/cpu_sweep.py sweeps them)
+    tiles = [{"name": "TILE_M", "type": "categorical", "choices": [4, 8, 16, 32, 64], "default": 16},
+             {"name": "TILE_N", "type": "categorical", "choices": [16, 64, 256], "default": 64},
+             {"name": "opt", "type": "categorical", "choices": ["-O2", "-O3"], "default": "-O2"}]
+    gemm, matmul = {"backend": "triton", "builtin": "gemm_bf16"}, {"backend": "cpu", "builtin": "matmul"}
+    for kernel, space, objectives in ((gemm, None, ["runtime_ms"]), (gemm, None, ["runtime_ms", "energy_mj"]),
+                                      (matmul, tiles, ["runtime_ms"]), (matmul, tiles, ["runtime_ms", "latency_ms"])):
+        doc = {"name": "built-in", "kernel": kernel, "objectives": objectives, **({"space": space} if space else {})}
         r = api.client.post("/v1/studies", json=doc, headers=api.admin)
         assert r.status_code == 201, r.text
-        assert stored_sampler(api, r.json()["id"]) == documented_auto("a structure model")
+        assert stored_sampler(api, r.json()["id"]) == documented_auto("a built-in kernel")
+    # the cpu matmul's own space is too large to enumerate: what its objectives say
+    doc = {"name": "built-in", "kernel": matmul, "objectives": ["runtime_ms", "latency_ms"]}
+    r = api.client.post("/v1/studies", json=doc, headers=api.admin)
+    assert stored_sampler(api, r.json()["id"]) == documented_auto("two or more objectives")
     # options given with auto are laid over its own; ordered_choices can be turned off
     tuned = api.create_study(space=SPACE, sampler={"name": "auto", "options": {"population_size": 12},
                                                    "ordered_choices": False})
