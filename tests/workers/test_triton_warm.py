@@ -111,12 +111,14 @@ def test_a_warm_runner_compiles_without_the_c_compiler_after_its_warm_up(
     spec = KernelSpec(backend="triton", builtin="gemm_bf16",
                       workload=[WorkloadShape(dims={"m": 256, "n": 256, "k": 256})])
     backend = TritonBackend()
-    configs: list[dict[str, Any]] = [{}, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}]
-    for job, config in enumerate(configs):
+    tiles = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
+    # the third job builds the first one's configuration again, as a study of another shape would
+    for job, config in enumerate([{}, tiles, {}]):
         cache = job_cache(monkeypatch, tmp_path / f"job{job}" / "build" / "triton-cache")
         builds.clear()
         backend.compile(spec, config, tmp_path / f"job{job}" / "build")
         assert list(cache.rglob("__triton_launcher*.so")), "the build carries its launcher to the run phase"
+        assert list(cache.rglob("*.cubin")), "the build carries its kernel's binary to the run phase"
         if job:
             assert builds == [], "the launcher was built again"
 
@@ -140,3 +142,17 @@ def test_only_a_compile_runner_keeps_the_glue(monkeypatch: pytest.MonkeyPatch) -
     assert "TRITON_CACHE_MANAGER" not in triton_warm.os.environ
     TritonBackend().warm_up("compile")
     assert triton_warm.os.environ["TRITON_CACHE_MANAGER"] == triton_warm.MANAGER
+
+
+def test_what_a_jit_function_compiled_before_is_forgotten_through_its_wrappers() -> None:
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from workers.backends.triton_kernel import forget_compiled
+
+    caches: defaultdict[int, dict[str, str]] = defaultdict(dict)
+    caches[0]["key"] = "a kernel compiled for an earlier job"
+    jit = SimpleNamespace(device_caches=caches)
+    forget_compiled(SimpleNamespace(fn=SimpleNamespace(fn=jit)))  # e.g. heuristics around autotune around it
+    assert not caches
+    forget_compiled(SimpleNamespace(fn=None))  # no JIT function: nothing to forget

@@ -53,6 +53,7 @@ from workers.backends.triton_kernel import (
     applied_controls,
     compile_options,
     compiled_use,
+    forget_compiled,
     jit_of,
     kernel_info,
     meta_parameters,
@@ -160,6 +161,7 @@ class TritonBackend(Backend):
         module = load_module(resolved.source, workdir / SOURCE_DIR, "kernel")
         require(module, HARNESS)
         jit = jit_of(module, resolved)
+        forget_compiled(jit)  # each job's build lands in its own job's cache
         options = compile_options(resolved.config, flags)
         report: dict[str, Any] = {
             "options": options,

@@ -89,6 +89,21 @@ def jit_of(module: ModuleType, kernel: GpuKernel) -> Any:
     return jit
 
 
+def forget_compiled(jit: Any) -> None:
+    """Drop what the kernel's JIT function compiled earlier in this process. A compile runner
+    keeps a kernel's module across jobs (gpu_loader.load_module), and a configuration it built
+    for an earlier job (the same tiles at another shape, say) would come from the JIT's memory:
+    the new job's Triton cache would then hold neither the binary nor the launcher that its run
+    phase loads, and the run phase would compile again on the measuring GPU's process. A
+    wrapper (heuristics, autotune) is followed to its JIT function through `fn`."""
+    while jit is not None:
+        caches = getattr(jit, "device_caches", None)
+        if caches is not None:
+            caches.clear()
+            return
+        jit = getattr(jit, "fn", None)
+
+
 def resource_failure(exc: Exception) -> TrialFailure:
     """Triton's OutOfResources (shared memory, registers or threads over the device's
     limits) means the configuration cannot launch: infeasible, not a compile error. A ptxas
