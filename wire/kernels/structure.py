@@ -26,6 +26,11 @@ SM_COUNT = 132
 # may have, the rest holding addresses, loaded fragments and loop state.
 ACCUMULATOR_REGISTERS = 128
 SPILL_PENALTY = 4.0  # log2 units of throughput lost per doubling past ACCUMULATOR_REGISTERS
+# Bytes a CTA's software pipeline must hold in flight (stages x the A and B tiles of one K step)
+# to hide the latency of HBM: below it, loads stall the tile's math in proportion. Half of a
+# Hopper SM's 228 KiB of shared memory; the best configurations of the recorded H200 sweeps, at
+# every shape from decode (M = 64) to prefill, hold 144-192 KiB (bench/results/gpu_gemm_prior.md).
+IN_FLIGHT_BYTES = 128 * 1024
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,9 @@ StructureModel = Callable[[dict[str, Any], dict[str, int]], Structure]
 def gemm_bf16(config: dict[str, Any], dims: dict[str, int]) -> Structure:
     """C[m, n] = A[m, k] @ B[k, n] in BLOCK_M x BLOCK_N tiles, one per CTA. The estimate is
     the product of the tile's arithmetic intensity (flops per byte it loads), the share of
-    the padded tiles' work that is real, and the share of the SMs the CTAs occupy, divided
-    by 2**SPILL_PENALTY per doubling of accumulator registers past what a thread holds."""
+    the padded tiles' work that is real, the share of the SMs the CTAs occupy and the share of
+    HBM's latency its pipeline hides (IN_FLIGHT_BYTES), divided by 2**SPILL_PENALTY per
+    doubling of accumulator registers past what a thread holds."""
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     warps, stages = int(config["num_warps"]), int(config["num_stages"])
     m, n = int(dims["m"]), int(dims["n"])
@@ -53,6 +59,7 @@ def gemm_bf16(config: dict[str, Any], dims: dict[str, int]) -> Structure:
     fill = math.log2(min(1.0, ctas / SM_COUNT))
     tail = ctas / (math.ceil(ctas / SM_COUNT) * SM_COUNT)  # the last wave's share of the SMs
     shared = stages * (bm + bn) * bk * 2  # bf16 A and B tiles per pipeline stage
+    hidden = math.log2(min(1.0, shared / IN_FLIGHT_BYTES))
     features = [math.log2(bm * bn), accumulators, spill, intensity, useful, fill, tail, math.log2(shared),
                 math.log2(bk), float(stages), math.log2(warps), math.log2(ctas)]
-    return Structure(features, intensity + useful + fill - SPILL_PENALTY * spill)
+    return Structure(features, intensity + useful + fill + hidden - SPILL_PENALTY * spill)
