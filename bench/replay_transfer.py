@@ -32,6 +32,7 @@ Per held-out shape and setting the table gives:
     python bench/replay_transfer.py SWEEP --held-out 1 --seeds 5 --json out.json
     python bench/replay_transfer.py --gpu gemm_bf16 SQUARE.json DECODE.json PREFILL.json --seeds 50
     python bench/replay_transfer.py --gpu rmsnorm PART1.json,PART2.json OTHER.json   # a shape swept in parts
+    python bench/replay_transfer.py SWEEP --sampler nsga2   # every study's sampler.name (default auto)
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the problem makes fresh random inputs for a workload shape, calls the kernel thr
 and computes the reference result in float64 with numpy.
 
 Every buffer a kernel sees starts on a 64-byte boundary (`ALIGNMENT`). numpy aligns to 16
-bytes only, and a vectorised kernel runs at one speed or another, up to twice as slow, as its
+bytes only, and a vectorised kernel runs at one speed or another, up to 2.6 times as slow, as its
 buffers happen to fall: fresh inputs for each measurement would make that a measurement's
 noise.
 """
