@@ -64,8 +64,23 @@ def aligned(array: np.ndarray) -> np.ndarray:
     return out
 
 
-def _ptr(array: np.ndarray) -> ctypes.c_void_p:
-    return ctypes.c_void_p(array.ctypes.data)
+def bind(fn: Any, *args: int | float | np.ndarray) -> Callable[[], None]:
+    """`fn` called on `args` as its C prototype takes them: ints as int, floats as float and
+    arrays as pointers to their data (the arrays must outlive the call: Case.buffers)."""
+
+    def c_type(arg: int | float | np.ndarray) -> type:
+        if isinstance(arg, np.ndarray):
+            return ctypes.c_void_p
+        return ctypes.c_int if isinstance(arg, int | np.integer) else ctypes.c_float
+
+    fn.argtypes = [c_type(a) for a in args]
+    fn.restype = None
+    values = tuple(ctypes.c_void_p(a.ctypes.data) if isinstance(a, np.ndarray) else a for a in args)
+
+    def call() -> None:
+        fn(*values)
+
+    return call
 
 
 class Matmul(Problem):
@@ -88,16 +103,9 @@ class Matmul(Problem):
         a = aligned(rng.uniform(-1, 1, (m, k)).astype(np.float32))
         b = aligned(rng.uniform(-1, 1, (k, n)).astype(np.float32))
         c = aligned(np.full((m, n), np.nan, dtype=np.float32))
-        fn.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3
-        fn.restype = None
-        args = (m, n, k, _ptr(a), _ptr(b), _ptr(c))
-
-        def call() -> None:
-            fn(*args)
-
         return Case(
             dims=dims,
-            call=call,
+            call=bind(fn, m, n, k, a, b, c),
             output=c,
             reference=lambda: a.astype(np.float64) @ b.astype(np.float64),
             flops=2.0 * m * n * k,
@@ -137,16 +145,9 @@ class Stencil(Problem):
         grid = aligned(rng.uniform(-1, 1, (n, m)).astype(np.float32))
         out = aligned(np.full((n, m), np.nan, dtype=np.float32))
         scratch = aligned(np.zeros((n, m), dtype=np.float32))
-        fn.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3
-        fn.restype = None
-        args = (n, m, steps, _ptr(grid), _ptr(out), _ptr(scratch))
-
-        def call() -> None:
-            fn(*args)
-
         return Case(
             dims=dims,
-            call=call,
+            call=bind(fn, n, m, steps, grid, out, scratch),
             output=out,
             reference=lambda: stencil_reference(grid, steps),
             flops=6.0 * max(n - 2, 0) * max(m - 2, 0) * steps,
@@ -181,19 +182,13 @@ class RmsNorm(Problem):
         x = aligned(rng.uniform(-1, 1, (rows, cols)).astype(np.float32))
         w = aligned(rng.uniform(0.5, 1.5, cols).astype(np.float32))
         y = aligned(np.full((rows, cols), np.nan, dtype=np.float32))
-        fn.argtypes = [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float]
-        fn.restype = None
-        args = (rows, cols, _ptr(x), _ptr(w), _ptr(y), self.eps)
-
-        def call() -> None:
-            fn(*args)
 
         def reference() -> np.ndarray:
             x64 = x.astype(np.float64)
             return x64 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + self.eps) * w.astype(np.float64)
 
-        return Case(dims=dims, call=call, output=y, reference=reference, flops=4.0 * rows * cols,
-                    nbytes=x.nbytes + w.nbytes + y.nbytes, buffers=(x, w, y))
+        return Case(dims=dims, call=bind(fn, rows, cols, x, w, y, self.eps), output=y, reference=reference,
+                    flops=4.0 * rows * cols, nbytes=x.nbytes + w.nbytes + y.nbytes, buffers=(x, w, y))
 
 
 class SwiGlu(Problem):
@@ -214,19 +209,13 @@ class SwiGlu(Problem):
         a = aligned(rng.uniform(-4, 4, (rows, cols)).astype(np.float32))
         b = aligned(rng.uniform(-1, 1, (rows, cols)).astype(np.float32))
         c = aligned(np.full((rows, cols), np.nan, dtype=np.float32))
-        fn.argtypes = [ctypes.c_int] * 2 + [ctypes.c_void_p] * 3
-        fn.restype = None
-        args = (rows, cols, _ptr(a), _ptr(b), _ptr(c))
-
-        def call() -> None:
-            fn(*args)
 
         def reference() -> np.ndarray:
             a64 = a.astype(np.float64)
             return a64 / (1.0 + np.exp(-a64)) * b.astype(np.float64)
 
-        return Case(dims=dims, call=call, output=c, reference=reference, flops=5.0 * rows * cols,
-                    nbytes=a.nbytes + b.nbytes + c.nbytes, buffers=(a, b, c))
+        return Case(dims=dims, call=bind(fn, rows, cols, a, b, c), output=c, reference=reference,
+                    flops=5.0 * rows * cols, nbytes=a.nbytes + b.nbytes + c.nbytes, buffers=(a, b, c))
 
 
 PROBLEMS: dict[str, Problem] = {p.name: p for p in (Matmul(), Stencil(), RmsNorm(), SwiGlu())}
