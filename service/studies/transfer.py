@@ -30,7 +30,8 @@ measurements like any other; the values are kept to show what the study started 
 The `lfbo` sampler also learns from related trials, near or far (`learning_set`): each related
 study's completed trials, ordered best first among themselves (by Pareto rank over the
 objectives both studies have, service.domain.pareto.best_first), join the sampler's own
-trials in its classifier, described by the kernel's structure model at their own shape, each
+trials in its classifier, described by the kernel's structure model at their own shape (by
+their own numbers where the kernel has none), each
 weighing 2**-distance of one of the study's own (service.scheduling.lfbo.History), so that
 what makes a configuration good at any shape (pipeline depth, registers) can carry over
 from the first ask, while the study's own trials outweigh the rest as they come. Up to
