@@ -11,11 +11,10 @@ Prints, per configuration, the runtime at each offset over the runtime at offset
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import sys
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -25,19 +24,6 @@ import cpu_sweep  # noqa: E402
 from workers.backends import cpu_problems  # noqa: E402
 
 OFFSETS = (0, 16, 32, 48)
-
-
-def placed(offset: int):
-    """cpu_problems.aligned, but `offset` bytes past the boundary."""
-
-    def copy(array: np.ndarray) -> np.ndarray:
-        raw = np.empty(array.nbytes + 2 * cpu_problems.ALIGNMENT, dtype=np.uint8)
-        start = -raw.ctypes.data % cpu_problems.ALIGNMENT + offset
-        out = raw[start: start + array.nbytes].view(array.dtype).reshape(array.shape)
-        out[...] = array
-        return out
-
-    return copy
 
 
 def main() -> None:
@@ -61,7 +47,7 @@ def main() -> None:
                 continue
             times = []
             for offset in OFFSETS:
-                cpu_problems.aligned = placed(offset)
+                cpu_problems.aligned = functools.partial(aligned, offset=offset)
                 [values] = sweeper.measure(config, built)
                 times.append(values["runtime_ms"])
             print(f"| {config} | {times[0] * 1e3:.1f} | " + " | ".join(f"{t / times[0]:.2f}" for t in times[1:]) + " |")

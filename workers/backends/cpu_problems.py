@@ -55,10 +55,11 @@ class Problem(ABC):
 ALIGNMENT = 64  # bytes: a cache line, and every SIMD load width up to AVX-512
 
 
-def aligned(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of `array` that starts on an ALIGNMENT boundary."""
-    raw = np.empty(array.nbytes + ALIGNMENT, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
+def aligned(array: np.ndarray, offset: int = 0) -> np.ndarray:
+    """A C-contiguous copy of `array` that starts on an ALIGNMENT boundary (`offset` bytes past
+    one: bench/cpu_alignment.py measures what that costs)."""
+    raw = np.empty(array.nbytes + ALIGNMENT + offset, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT + offset
     out = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
     out[...] = array
     return out
