@@ -28,7 +28,7 @@ Per held-out shape and setting the table gives:
   baseline's recorded values, inside the reference point (REFERENCE in every objective: the
   service's default reference point), fixed per kernel and shape.
 
-    python bench/replay_transfer.py bench/results/cpu_sweep_matmul_aligned.json --seeds 50 --histories 5 [--cold 10]
+    python bench/replay_transfer.py bench/results/cpu_sweep_matmul_aligned_min.json --seeds 50 --histories 5 [--cold 10]
     python bench/replay_transfer.py SWEEP --held-out 1 --seeds 5 --json out.json
     python bench/replay_transfer.py --gpu gemm_bf16 SQUARE.json DECODE.json PREFILL.json --seeds 50
     python bench/replay_transfer.py --gpu rmsnorm PART1.json,PART2.json OTHER.json   # a shape swept in parts

@@ -72,7 +72,7 @@ class Wall:
         self.deadline = time.monotonic() + args.deadline_s
         self.worker: subprocess.Popen | None = None
         if self.local:
-            kernel = rt.load_cpu(REPO / "bench/results/cpu_sweep_matmul_aligned.json")
+            kernel = rt.load_cpu(REPO / "bench/results/cpu_sweep_matmul_aligned_min.json")
             self.new, related = kernel.shapes[args.local_shape], kernel.shapes[:args.local_shape]
             self.kernel = rt.KernelSweep(kernel.kernel, kernel.backend, kernel.space, kernel.objectives, related)
             self.objectives = LOCAL_OBJECTIVES

@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from replay_transfer import REFERENCE, load_cpu, load_gpu  # noqa: E402
 
 optuna_hv = pytest.importorskip("optuna._hypervolume")
-SWEEP = REPO / "bench/results/cpu_sweep_matmul_aligned.json"
+SWEEP = REPO / "bench/results/cpu_sweep_matmul_aligned_min.json"
 GEMM_SWEEPS = [REPO / "bench/results/gpu_raw_2026-11-29/sweep.json",
                REPO / "bench/results/gpu_raw_2026-12-02_transfer/sweep_gemm_decode.json",
                REPO / "bench/results/gpu_raw_2026-12-02_transfer/sweep_gemm_prefill.json"]
@@ -44,6 +44,29 @@ def test_the_gemm_sweeps_load_as_three_shapes_and_a_partial_sweep_is_refused(tmp
     (tmp_path / "rest.json").write_text(json.dumps(partial))
     [joined] = load_gpu("gemm_bf16", [f"{tmp_path / 'partial.json'},{tmp_path / 'rest.json'}"]).shapes
     assert joined.table == sweep.shapes[1].table
+
+
+def test_a_sweep_row_is_worth_the_minimum_of_its_passes(tmp_path: Path) -> None:
+    """A shared machine only ever delays a measurement, so a row's value is its fastest pass: here a
+    row with two passes of three in a slow mode, as the matmul's n = 32 had, is worth its fast one."""
+    fast, slow = {"runtime_ms": 0.0028, "latency_ms": 0.0061}, {"runtime_ms": 0.0036, "latency_ms": 0.0059}
+    recorded = json.loads(SWEEP.read_text())
+    row = {"config": recorded["rows"][0]["config"], "passes": [[slow], [fast], [slow]], "values": [slow]}
+    failed = {"config": recorded["rows"][1]["config"], "message": "compile_error: recorded"}
+    (tmp_path / "old.json").write_text(json.dumps({**recorded, "shapes": [{"n": 32}], "rows": [row, failed]}))
+    done = subprocess.run([sys.executable, "bench/cpu_sweep.py", "--revalue", str(tmp_path / "old.json"),
+                           "--out", str(tmp_path / "new.json")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    new = json.loads((tmp_path / "new.json").read_text())
+    assert new["rows"] == [{**row, "values": [{"runtime_ms": 0.0028, "latency_ms": 0.0059}]}, failed]
+    assert new["revalued"].startswith("python bench/cpu_sweep.py --revalue")
+    assert new["noise"] == recorded["noise"] and new["date"] == recorded["date"]  # as measured
+    # the recorded sweep the replays read holds each row's minimum
+    objectives, shapes = recorded["objectives"], range(len(recorded["shapes"]))
+    for kept in recorded["rows"]:
+        if kept.get("passes"):
+            assert kept["values"] == [{name: min(p[shape][name] for p in kept["passes"]) for name in objectives}
+                                      for shape in shapes]
 
 
 def test_the_hypervolume_ratio_is_optunas() -> None:
@@ -90,8 +113,8 @@ def test_a_held_out_shape_starts_from_the_other_shapes_and_reaches_the_best_soon
     def trials_to_2pct(run: dict) -> float:
         return run["reached"] if run["reached"] is not None else float("inf")
 
-    # at n=96, configurations among the nearest shapes' best (n=64's second and third, n=160's first) lie within 1%
-    # of its best
+    # at n=96, configurations among the nearest shapes' best (n=64's third, n=160's first three) lie within 1.5% of
+    # its best
     assert sum(trials_to_2pct(r) <= 5 for r in related) >= 3
     assert statistics.median(map(trials_to_2pct, related)) < min(map(trials_to_2pct, cold))
     assert all(r["hv_ratio"]["20"] >= 0.95 for r in related)
