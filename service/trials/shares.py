@@ -106,11 +106,11 @@ class PoolShares:
     mean_trial_s: float = DEFAULT_TRIAL_S
 
     def share(self, team_id: int) -> TeamShare:
-        return self.shares.get(team_id, TeamShare())
+        return self.shares.get(team_id, fairshare.NO_SHARE)
 
     def held_back(self, team_id: int) -> str | None:
         return fairshare.held_back(self.team_names.get(team_id, str(team_id)), self.name, self.share(team_id),
-                                   self.teams.get(team_id, Usage()))
+                                   self.teams.get(team_id, fairshare.NO_USAGE))
 
     def order(self, worker: WorkerInfo, first: int | None = None) -> tuple[list[int], list[int]]:
         """The studies `worker` may lease from, in the policy's order (the `first` few when

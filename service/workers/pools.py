@@ -219,7 +219,7 @@ def pool_shares(name: PoolName, principal: PrincipalDep, session: ReadSession) -
     for team in sorted({*pool.teams, *pool.shares, *active}, key=lambda t: pool.team_names.get(t, "")):
         if not principal.superuser and team != principal.team_id:
             continue
-        share, usage = pool.share(team), pool.teams.get(team, fairshare.Usage())
+        share, usage = pool.share(team), pool.teams.get(team, fairshare.NO_USAGE)
         rows.append(TeamUsageOut(
             team=pool.team_names.get(team, str(team)), weight=share.weight, max_running=share.max_running,
             gpu_hours_per_day=share.gpu_hours_per_day, running=usage.running,
