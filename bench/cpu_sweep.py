@@ -19,7 +19,7 @@ the eight configurations whose tiles all cover the whole 32 x 32 matrix, and so 
 iterations, ranked anywhere from 1st to 38th. The minimum of the passes is the estimate of a
 time that such delays do not move.
 
-    python bench/cpu_sweep.py --kernel matmul --out bench/results/cpu_sweep_matmul_aligned.json
+    python bench/cpu_sweep.py --kernel matmul --out SWEEP.json
     python bench/cpu_sweep.py --kernel stencil --limit 6 --out /tmp/s.json   # a few configurations
     python bench/cpu_sweep.py --revalue OLD.json --out NEW.json   # a recorded sweep's values again
 
@@ -178,20 +178,17 @@ def main() -> None:
     command = shlex.join(["python", "bench/cpu_sweep.py", *sys.argv[1:]])
     if args.revalue:
         record = revalue(json.loads(Path(args.revalue).read_text()), command)
-        Path(args.out).write_text(json.dumps(record, indent=None, separators=(",", ":")) + "\n")
-        print(table(record))
-        return
-    if args.kernel is None:
+    elif args.kernel is None:
         parser.error("--kernel or --revalue is needed")
-    shapes = SHAPES[args.kernel]
-    result = sweep(args.kernel, shapes, args.limit, args.seed, args.passes)
-    record = {
-        "kernel": args.kernel, "backend": "cpu", "objectives": OBJECTIVES, "space": space_document(args.kernel),
-        "shapes": shapes, "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpu": cpu_model(), "platform": platform.platform(), "cc": CpuBackend().compiler_version},
-        "command": command,
-        "measure": MEASURE.model_dump(), **result,
-    }
+    else:
+        shapes = SHAPES[args.kernel]
+        result = sweep(args.kernel, shapes, args.limit, args.seed, args.passes)
+        record = {
+            "kernel": args.kernel, "backend": "cpu", "objectives": OBJECTIVES, "space": space_document(args.kernel),
+            "shapes": shapes, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {"cpu": cpu_model(), "platform": platform.platform(), "cc": CpuBackend().compiler_version},
+            "command": command, "measure": MEASURE.model_dump(), **result,
+        }
     Path(args.out).write_text(json.dumps(record, indent=None, separators=(",", ":")) + "\n")
     print(table(record))
 
