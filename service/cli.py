@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from service.artifacts.cli import artifact_app, error_message
+from service.cli_options import DEFAULT_SERVER, ServerOpt, TokenOpt
 from service.controls.cli import acf_app
 from service.workloads.cli import workload_app
 from workers.cli import worker as run_worker_command
@@ -43,9 +44,6 @@ app.add_typer(workload_app, name="workload")
 console = Console()
 err = Console(stderr=True)
 
-ServerOpt = Annotated[str, typer.Option(envvar="PARETUNE_SERVER", help="control plane URL")]
-TokenOpt = Annotated[str, typer.Option(envvar="PARETUNE_TOKEN", help="API token")]
-DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import httpx
 import typer
 
+from service.cli_options import DEFAULT_SERVER, ServerOpt, TokenOpt
 from wire.artifact import (
     ArtifactDocument,
     ArtifactVerificationError,
@@ -37,12 +38,9 @@ PublicKeyOpt = Annotated[
     Path | None,
     typer.Option("--public-key", envvar="PARETUNE_PUBLIC_KEY", help="trusted public key (PEM file)"),
 ]
-ServerOpt = Annotated[
+KeyServerOpt = Annotated[
     str | None, typer.Option("--server", help="fetch the trusted key from this service (GET /v1/artifacts/public-key)")
 ]
-TokenOpt = Annotated[str, typer.Option(envvar="PARETUNE_TOKEN", help="API token")]
-ServiceOpt = Annotated[str, typer.Option("--server", envvar="PARETUNE_SERVER", help="control plane URL")]
-DEFAULT_SERVICE = "http://127.0.0.1:8000"
 TOOLS = ("nvcc", "nvrtc", "ptxas", "cc")
 DEFAULT_TOOL = {"cuda": "nvcc", "triton": "ptxas", "cpu": "cc"}
 
@@ -133,7 +131,7 @@ def verify(
     artifacts: Annotated[list[Path] | None, typer.Argument(
         help="for an exported file: the signed artifacts it names (files, directories or bundles)")] = None,
     public_key: PublicKeyOpt = None,
-    server: ServerOpt = None,
+    server: KeyServerOpt = None,
     token: TokenOpt = "",
     show: Annotated[bool, typer.Option(help="print the verified document as JSON")] = False,
 ) -> None:
@@ -170,7 +168,7 @@ def flags(
                                   "else ptxas on PATH): it must be of the release the ACF is bound to")
     ] = None,
     public_key: PublicKeyOpt = None,
-    server: ServerOpt = None,
+    server: KeyServerOpt = None,
     token: TokenOpt = "",
 ) -> None:
     """The compiler flags an artifact stands for, one line ready for a build script. A carried
@@ -243,7 +241,7 @@ def pull(
     output: Annotated[Path, typer.Option("-o", "--output", help="where to write the signed file")],
     toolchain: Annotated[str, typer.Option(help='versions to match, e.g. "triton=3.4.0,ptxas=13.0"')] = "",
     compute_capability: Annotated[str | None, typer.Option(help='e.g. "9.0"')] = None,
-    server: ServiceOpt = DEFAULT_SERVICE,
+    server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = "",
     public_key: PublicKeyOpt = None,
 ) -> None:
@@ -282,7 +280,7 @@ def bundle(
     files: Annotated[list[Path], typer.Argument(help="signed artifact files")],
     output: Annotated[Path, typer.Option("-o", "--output", help="the bundle to write (.json or .tar)")],
     public_key: PublicKeyOpt = None,
-    server: ServerOpt = None,
+    server: KeyServerOpt = None,
     token: TokenOpt = "",
     embed_key: Annotated[bool, typer.Option(help="carry the trusted key in the bundle")] = True,
 ) -> None:
@@ -320,7 +318,7 @@ def status(
     watch: Annotated[bool, typer.Option(help="follow with progress bars until every validation shown has finished")
                      ] = False,
     interval: Annotated[float, typer.Option(min=0.2, help="seconds between looks, with --watch")] = 2.0,
-    server: ServiceOpt = DEFAULT_SERVICE,
+    server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = "",
 ) -> None:
     """Rounds done and left of an artifact's re-validations (or of a candidate's validation,
@@ -493,7 +491,7 @@ def export_vllm_moe(
     fixed: Annotated[list[str] | None, typer.Option(help="KEY=VALUE the kernel held fixed: GROUP_SIZE_M=8")] = None,
     device_name: Annotated[str | None, typer.Option(help="vLLM's device name, for artifacts without a GPU")] = None,
     public_key: PublicKeyOpt = None,
-    server: ServerOpt = None,
+    server: KeyServerOpt = None,
     token: TokenOpt = "",
 ) -> None:
     """vLLM's tuned fused-MoE configuration file, every bucket of the traffic from its approved artifact."""
@@ -540,7 +538,7 @@ def export_triton(
     artifacts: ArtifactsArg,
     output: Annotated[Path, typer.Option("-o", "--output", help="the Python file to write")],
     public_key: PublicKeyOpt = None,
-    server: ServerOpt = None,
+    server: KeyServerOpt = None,
     token: TokenOpt = "",
 ) -> None:
     """A Python module whose CONFIGS are the approved configurations as triton.Config."""
@@ -556,7 +554,7 @@ def export_check(
     file: Annotated[Path, typer.Argument(help="an exported file (its record beside it)")],
     artifacts: ArtifactsArg,
     public_key: PublicKeyOpt = None,
-    server: ServerOpt = None,
+    server: KeyServerOpt = None,
     token: TokenOpt = "",
 ) -> None:
     """Check an exported file against its record and the signed artifacts (as `paretune artifact

@@ -15,12 +15,10 @@ import httpx
 import typer
 
 from service.artifacts.cli import error_message
+from service.cli_options import DEFAULT_SERVER, ServerOpt, TokenOpt
 
 acf_app = typer.Typer(help="Compiler controls: the search-space catalog, Booster Packs, ACF files.",
                       no_args_is_help=True)
-ServerOpt = Annotated[str, typer.Option(envvar="PARETUNE_SERVER", help="control plane URL")]
-TokenOpt = Annotated[str, typer.Option(envvar="PARETUNE_TOKEN", help="API token")]
-DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
 def _call(method: str, server: str, path: str, token: str, headers: dict[str, str] | None = None,
