@@ -45,7 +45,6 @@ console = Console()
 err = Console(stderr=True)
 
 
-
 def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, markup=True, highlight=False)
     raise typer.Exit(code)
