@@ -144,13 +144,13 @@ AUTO_SINGLE_OBJECTIVE: tuple[str, dict[str, Any], bool] = ("tpe", {}, False)
 
 
 def resolve(name: str, options: dict[str, Any], n_objectives: int,
-            enumerable: bool = False) -> tuple[str, dict[str, Any], bool]:
+            picks_lfbo: bool = False) -> tuple[str, dict[str, Any], bool]:
     """The sampler, options and ordered-choices default a study runs with: `auto` made
-    concrete (`lfbo` where lfbo.auto_picks it, `enumerable`); a named sampler sees categorical
+    concrete (`lfbo` where lfbo.auto_picks it, `picks_lfbo`); a named sampler sees categorical
     choices unordered unless the document asks."""
     if name != "auto":
         return name, dict(options), False
-    if enumerable:
+    if picks_lfbo:
         chosen, defaults, ordered = AUTO_ENUMERABLE
     else:
         chosen, defaults, ordered = AUTO_MULTI_OBJECTIVE if n_objectives > 1 else AUTO_SINGLE_OBJECTIVE

@@ -30,8 +30,12 @@ class Case:
     output: np.ndarray
     reference: Callable[[], np.ndarray]  # float64 expected output
     flops: float
-    nbytes: int  # bytes of input and output touched by one call
-    buffers: tuple[np.ndarray, ...] = ()  # every array the kernel sees: kept alive with the case
+    buffers: tuple[np.ndarray, ...]  # every array the kernel sees: kept alive with the case
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of input and output touched by one call."""
+        return sum(buffer.nbytes for buffer in self.buffers)
 
 
 class Problem(ABC):
@@ -110,7 +114,6 @@ class Matmul(Problem):
             output=c,
             reference=lambda: a.astype(np.float64) @ b.astype(np.float64),
             flops=2.0 * m * n * k,
-            nbytes=a.nbytes + b.nbytes + c.nbytes,
             buffers=(a, b, c),
         )
 
@@ -152,7 +155,6 @@ class Stencil(Problem):
             output=out,
             reference=lambda: stencil_reference(grid, steps),
             flops=6.0 * max(n - 2, 0) * max(m - 2, 0) * steps,
-            nbytes=grid.nbytes + out.nbytes + scratch.nbytes,
             buffers=(grid, out, scratch),  # ctypes holds raw pointers: without this, freed memory
         )
 
@@ -189,7 +191,7 @@ class RmsNorm(Problem):
             return x64 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + self.eps) * w.astype(np.float64)
 
         return Case(dims=dims, call=bind(fn, rows, cols, x, w, y, self.eps), output=y, reference=reference,
-                    flops=4.0 * rows * cols, nbytes=x.nbytes + w.nbytes + y.nbytes, buffers=(x, w, y))
+                    flops=4.0 * rows * cols, buffers=(x, w, y))
 
 
 class SwiGlu(Problem):
@@ -216,7 +218,7 @@ class SwiGlu(Problem):
             return a64 / (1.0 + np.exp(-a64)) * b.astype(np.float64)
 
         return Case(dims=dims, call=bind(fn, rows, cols, a, b, c), output=c, reference=reference,
-                    flops=5.0 * rows * cols, nbytes=a.nbytes + b.nbytes + c.nbytes, buffers=(a, b, c))
+                    flops=5.0 * rows * cols, buffers=(a, b, c))
 
 
 PROBLEMS: dict[str, Problem] = {p.name: p for p in (Matmul(), Stencil(), RmsNorm(), SwiGlu())}
