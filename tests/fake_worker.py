@@ -47,6 +47,9 @@ def result_for(trial: dict[str, Any]) -> dict[str, Any]:
 
 def run(client: httpx.Client, worker_id: int, max_results: int | None = None, wait_s: float = 0.0,
         stall_after: int | None = None, idle_exit: bool = True) -> int:
+    """Lease and report until the queue is found empty (`idle_exit`) or `max_results` are in.
+    The scheduler refills the queue after each result in its own time, so a run that must
+    finish a study waits for it with `wait_s` > 0; with 0 it stops at the first dry look."""
     done = 0
     while max_results is None or done < max_results:
         held = lease(client, worker_id, wait_s)

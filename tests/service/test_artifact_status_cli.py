@@ -28,7 +28,7 @@ def test_artifact_status_shows_rounds_eta_and_follows_to_the_verdict(live_sqlite
     worker_token = service.make_worker_token()
     with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {worker_token}"}) as worker:
         worker_id = register(worker)
-        assert run(worker, worker_id) == 8
+        assert run(worker, worker_id, wait_s=2.0) == 8
         with service.client(member) as client:
             trials = client.get(f"/v1/studies/{study['id']}/trials").json()["items"]
             number = next(t["number"] for t in trials if not t["is_baseline"] and t["state"] == "completed")

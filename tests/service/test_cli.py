@@ -42,7 +42,7 @@ def test_study_create_watch_and_front(live_sqlite_service: LiveService, tmp_path
 
     token = service.make_worker_token()
     with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {token}"}) as client:
-        assert run(client, register(client)) == 8
+        assert run(client, register(client), wait_s=2.0) == 8
 
     watched = run_cli("study", "watch", "1", env=env)
     assert watched.returncode == 0 and "study 1 completed: budget spent" in watched.stdout

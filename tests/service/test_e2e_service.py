@@ -127,7 +127,7 @@ def test_a_restarted_service_resumes_the_study_from_the_database(tmp_path: Path)
     second = start_service(db_url, tmp_path)
     try:
         with httpx.Client(base_url=second.url, headers={"Authorization": f"Bearer {token}"}) as client:
-            assert run(client, register(client)) == 23
+            assert run(client, register(client), wait_s=2.0) == 23
         admin = httpx.Client(base_url=second.url, headers={"Authorization": f"Bearer {admin_token}"})
         study = admin.get(f"/v1/studies/{sid}").json()
         assert study["state"] == "completed" and study["progress"]["completed"] == 40
