@@ -62,12 +62,17 @@ def study_document(name: str, trials: int, parallelism: int, seed: int) -> dict[
 
 def server_cpu_seconds(pid: int) -> float:
     """CPU time of a process and its live children (a server of several processes)."""
+    return cpu_seconds(pid) + children_cpu_seconds(pid)
+
+
+def children_cpu_seconds(pid: int) -> float:
+    """CPU time of a process's live children alone (a scheduler process, uvicorn's workers)."""
     children: set[int] = set()  # started by any of its threads (a scheduler process by a keeper thread)
     for listing in Path(f"/proc/{pid}/task").glob("*/children"):
         with contextlib.suppress(FileNotFoundError):
             children.update(map(int, listing.read_text().split()))
     total = 0.0
-    for process in (pid, *children):
+    for process in children:
         with contextlib.suppress(FileNotFoundError):
             total += cpu_seconds(process)
     return total
@@ -93,11 +98,11 @@ def machine() -> str:
 
 
 def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env: dict[str, str],
-              processes: int = 1, scheduler_process: bool = False, trial_s: float = 0.0) -> dict[str, Any]:
+              processes: int = 1, scheduler_process: bool = True, trial_s: float = 0.0) -> dict[str, Any]:
     db_url = create_postgres_database()
     workdir = Path(tempfile.mkdtemp(prefix="fleet-"))
-    service = start_service(db_url, workdir, env, ("--processes", str(processes),
-                                                   *(["--scheduler-process"] if scheduler_process else [])))
+    steps = "--scheduler-process" if scheduler_process else "--no-scheduler-process"
+    service = start_service(db_url, workdir, env, ("--processes", str(processes), steps))
     try:
         admin = service.client()
         parallelism = max(1, 2 * workers // studies)
@@ -108,7 +113,7 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
         token_file.write_text(service.make_worker_token())
         out = workdir / "clients.json"
         total = studies * trials_per_study
-        cpu_before = server_cpu_seconds(service.process.pid)
+        cpu_before, children_before = server_cpu_seconds(service.process.pid), children_cpu_seconds(service.process.pid)
         started = time.monotonic()
         clients = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fleet_clients.py"), service.url,
                                     str(token_file), "--workers", str(workers), "--until", str(total),
@@ -122,12 +127,15 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
                 clients.wait()
         wall = time.monotonic() - started
         server_cpu = server_cpu_seconds(service.process.pid) - cpu_before
+        children_cpu = children_cpu_seconds(service.process.pid) - children_before
         data = json.loads(out.read_text())
         finished = _finished(admin, studies)
     finally:
         service.stop()
         drop_postgres_database(db_url)
     row = _summary(name, workers, studies, trials_per_study, data, wall, server_cpu, finished, processes)
+    if scheduler_process and row["completed"]:  # its share of the server's CPU
+        row["scheduler_cpu_ms_per_trial"] = round(1000 * children_cpu / row["completed"], 2)
     return row | {"scheduler_process": scheduler_process, "trial_s": trial_s}
 
 
@@ -216,7 +224,8 @@ def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
 
 COLUMNS = ["scenario", "server_processes", "scheduler_process", "workers", "trial_s", "studies", "completed", "errors",
            "trials_per_s", "long_polls", "lease_p50_ms", "lease_p99_ms", "result_p50_ms", "result_p99_ms",
-           "late_over_early", "server_cores", "server_cpu_ms_per_trial", "wall_s", "vs_rdb"]
+           "late_over_early", "server_cores", "server_cpu_ms_per_trial", "scheduler_cpu_ms_per_trial", "wall_s",
+           "vs_rdb"]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -269,7 +278,9 @@ def main() -> None:
     parser.add_argument("--rdb-workers", default="8,32", help="thread counts tried for RDBStorage (best kept)")
     parser.add_argument("--rdb-seconds", type=float, default=60.0)
     parser.add_argument("--server-processes", type=int, default=1, help="paretune serve --processes")
-    parser.add_argument("--scheduler-process", action="store_true", help="paretune serve --scheduler-process")
+    parser.add_argument("--scheduler-process", action=argparse.BooleanOptionalAction, default=True,
+                        help="paretune serve --[no-]scheduler-process: the steps in a process of their own (serve's "
+                        "default on Postgres) or in the server process")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     env = {"PARETUNE_LEASE_S": "60", "PARETUNE_POLL_INTERVAL_S": "0.5"}

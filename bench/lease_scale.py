@@ -128,8 +128,9 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=400)
     parser.add_argument("--shapes", default="1x100,1x1000,10x100,100x100,400x25")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--scheduler-process", action="store_true",
-                        help="the server steps its studies in a scheduler process of its own (its CPU is counted too)")
+    parser.add_argument("--scheduler-process", action=argparse.BooleanOptionalAction, default=True,
+                        help="the server steps its studies in a scheduler process of its own (serve's default on "
+                        "Postgres; its CPU is counted too) or in the server process")
     parser.add_argument("--profile", type=Path, help="a folder: py-spy records the server over the cycles of each "
                         "shape there (collapsed stacks, lease_scale_SxP.txt)")
     args = parser.parse_args()
@@ -137,7 +138,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         studies, parallelism = (int(x) for x in shape.split("x"))
         rows.append(run(studies, parallelism, args.cycles, args.profile,
-                        ("--scheduler-process",) if args.scheduler_process else ()))
+                        ("--scheduler-process" if args.scheduler_process else "--no-scheduler-process",)))
         print(json.dumps(rows[-1]), flush=True)
     print(f"\n{'studies':>8} {'parallelism':>12} {'queued':>8} {'first pass p50/p99':>19} {'p50 ms':>8} {'p99 ms':>8}"
           f" {'server ms/trial':>16} {'steps/trial':>12} {'step ms':>8}")

@@ -103,9 +103,11 @@ def _require_service_extras(ctx: typer.Context) -> None:
 def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
           processes: Annotated[int, typer.Option(
               min=1, help="server processes on this port, each a replica with its own scheduler (Postgres only)")] = 1,
-          scheduler_process: Annotated[bool, typer.Option(
-              "--scheduler-process", help="step the studies in a process of their own instead of in the server "
-              "processes, restarted if it exits (Postgres only)")] = False,
+          scheduler_process: Annotated[bool | None, typer.Option(
+              "--scheduler-process/--no-scheduler-process",
+              help="step the studies in a process of their own, restarted if it exits and stopped with the server "
+              "(the default on Postgres unless PARETUNE_SCHEDULER_PROCESS=true says one runs elsewhere), or in the "
+              "server processes (SQLite's only way)", show_default=False)] = None,
           ) -> None:
     """Run the control plane (PARETUNE_DATABASE_URL selects Postgres; SQLite otherwise)."""
     import uvicorn
@@ -113,6 +115,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
     from service.app import create_app
 
     settings = _settings()
+    if scheduler_process is None:
+        scheduler_process = not (settings.is_sqlite or settings.scheduler_process)
     options: dict[str, Any] = {"host": host, "port": port, "log_level": log_level, "timeout_graceful_shutdown": 5,
                                "timeout_keep_alive": int(settings.keep_alive_s)}
     if settings.is_sqlite and (processes > 1 or scheduler_process):
@@ -143,12 +147,15 @@ def serve(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
 
 
 class _SchedulerKeeper:
-    """Runs `paretune scheduler` beside the server and starts it again if it fails."""
+    """Runs `paretune scheduler` beside the server and starts it again if it fails. The
+    scheduler reads its standard input from this process, so it ends with the server even
+    when the server is killed outright (`--exit-with-parent`)."""
 
     RESTART_S = 1.0
 
     def __init__(self, log_level: str) -> None:
-        self.command = [sys.executable, "-m", "service.cli", "scheduler", "--log-level", log_level]
+        self.command = [sys.executable, "-m", "service.cli", "scheduler", "--log-level", log_level,
+                        "--exit-with-parent"]
         self.env = {k: v for k, v in os.environ.items() if k != "PARETUNE_SCHEDULER_PROCESS"}
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._keep, name="scheduler-keeper", daemon=True)
@@ -159,8 +166,9 @@ class _SchedulerKeeper:
 
     def _keep(self) -> None:
         while not self.stopping.is_set():
-            self.process = subprocess.Popen(self.command, env=self.env)
+            self.process = subprocess.Popen(self.command, env=self.env, stdin=subprocess.PIPE)
             code = self.process.wait()
+            self.process.stdin.close()  # type: ignore[union-attr]  # a pipe, as asked
             if code == 0 or self.stopping.is_set():  # stopped on purpose (SIGTERM, or with the server)
                 return
             err.print(f"the scheduler process exited with status {code}; starting it again")
@@ -182,9 +190,12 @@ class _SchedulerKeeper:
 def scheduler(log_level: str = "info",
               metrics_port: Annotated[int | None, typer.Option(
                   help="serve this process's Prometheus metrics (paretune_step_seconds) on this port")] = None,
+              exit_with_parent: Annotated[bool, typer.Option(
+                  "--exit-with-parent", help="stop when standard input closes: the process that started this one "
+                  "and holds its other end is gone (as `paretune serve` starts it)")] = False,
               ) -> None:
     """Step the studies in this process (Postgres only), for server processes started with
-    PARETUNE_SCHEDULER_PROCESS=true; `paretune serve --scheduler-process` runs one for you."""
+    PARETUNE_SCHEDULER_PROCESS=true; `paretune serve` on Postgres runs one for you."""
     import asyncio
     import logging
 
@@ -200,7 +211,7 @@ def scheduler(log_level: str = "info",
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(process.run(settings, metrics_port=metrics_port))
+    asyncio.run(process.run(settings, metrics_port=metrics_port, exit_with_parent=exit_with_parent))
 
 
 @db_app.command("upgrade")

@@ -6,7 +6,9 @@ Redis, and this process steps the studies and sends back `pool:` and `study:` wa
 Its timer finds work whose wake-up was lost, and each step's study lock lets several
 scheduler processes (or replicas that step their own studies) share the studies safely.
 With a metrics port it serves its own `paretune_step_seconds` there (Prometheus text format,
-any path), which server processes that step nothing do not have.
+any path), which server processes that step nothing do not have. Started by `paretune serve`,
+it stops when its standard input closes: the server holds the other end, and even a server
+killed outright closes it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
+import threading
 
 from prometheus_client import CollectorRegistry, start_http_server
 
@@ -32,10 +36,13 @@ log = logging.getLogger("paretune.scheduling")
 POOL_SIZE = 8  # steady Postgres connections of a scheduler process: its steps and scans
 
 
-async def run(settings: Settings, stop: asyncio.Event | None = None, metrics_port: int | None = None) -> None:
-    """Step studies until `stop` is set (SIGTERM or SIGINT when not given). Postgres only
-    (`paretune scheduler` refuses SQLite)."""
+async def run(settings: Settings, stop: asyncio.Event | None = None, metrics_port: int | None = None,
+              exit_with_parent: bool = False) -> None:
+    """Step studies until `stop` is set (SIGTERM or SIGINT when not given, or the end of
+    standard input with `exit_with_parent`). Postgres only (`paretune scheduler` refuses SQLite)."""
     stop = stop or _stop_on_signals()
+    if exit_with_parent:
+        _stop_at_end_of_input(stop)
     registry = CollectorRegistry()
     step_seconds = step_histogram(registry)
     exporter = start_http_server(metrics_port, registry=registry)[0] if metrics_port is not None else None
@@ -59,6 +66,20 @@ async def run(settings: Settings, stop: asyncio.Event | None = None, metrics_por
         db.dispose()
         if exporter is not None:
             exporter.shutdown()
+
+
+def _stop_at_end_of_input(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(0, 4096):  # nothing is ever written; b"" once the writer is gone
+                pass
+        log.warning("the process that started this scheduler is gone; stopping")
+        with contextlib.suppress(RuntimeError):  # the loop is already closed: stopping anyway
+            loop.call_soon_threadsafe(stop.set)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _stop_on_signals() -> asyncio.Event:

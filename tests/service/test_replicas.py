@@ -31,8 +31,9 @@ def test_two_replicas_share_a_study_and_one_dies(tmp_path: Path) -> None:
     env = {"PARETUNE_LEASE_S": "3", "PARETUNE_HEARTBEAT_S": "1", "PARETUNE_REAPER_INTERVAL_S": "0.5"}
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-    first = start_service(db_url, tmp_path / "a", env)
-    second = start_service(db_url, tmp_path / "b", env)
+    in_server = ("--no-scheduler-process",)  # each replica steps studies, as the test counts
+    first = start_service(db_url, tmp_path / "a", env, in_server)
+    second = start_service(db_url, tmp_path / "b", env, in_server)
 
     def worker(url: str, token: str) -> None:  # stopped with the survivor
         second.start_fake_worker(token, "--resilient", "--delay", "0.1", url=url)

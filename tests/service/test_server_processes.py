@@ -1,8 +1,9 @@
-"""`paretune serve --processes N`: N server processes on one port, each a replica with its
-own scheduler, finish a study together with every trial told once; with `--scheduler-process`
-the steps run in a process of their own, started again if it dies; SQLite is refused; a
-database that takes no connection answers 503 in the error shape, and serving resumes; a
-scheduler run on its own (as the Kubernetes manifests run it) serves its step metrics."""
+"""`paretune serve --processes N --no-scheduler-process`: N server processes on one port, each
+a replica with its own scheduler, finish a study together with every trial told once; by
+default on Postgres the steps run in a process of their own, started again if it dies and
+gone with a server killed outright; SQLite is refused; a database that takes no connection
+answers 503 in the error shape, and serving resumes; a scheduler run on its own (as the
+Kubernetes manifests run it) serves its step metrics."""
 
 from __future__ import annotations
 
@@ -43,10 +44,11 @@ def start_study(service: LiveService) -> tuple[Any, int]:
 
 def test_two_processes_on_one_port_finish_a_study(postgres_database: str, tmp_path: Path) -> None:
     service = start_service(postgres_database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2"},
-                            ("--processes", "2"))
+                            ("--processes", "2", "--no-scheduler-process"))
     try:
         processes = wait_for(lambda: len(found := server_processes(service.process.pid)) == 2 and found, 30,
                              "two server processes")
+        assert scheduler_process(service.process.pid) is None
         # each process has its own pool, together within the default one's 30 steady connections
         environ = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in processes]
         assert all(b"PARETUNE_DB_POOL_SIZE=15" in e and b"PARETUNE_MIGRATE_ON_START=false" in e for e in environ)
@@ -113,11 +115,11 @@ def scheduler_process(pid: int) -> int | None:
 
 def test_a_scheduler_process_steps_the_studies_and_is_started_again_when_killed(postgres_database: str,
                                                                                   tmp_path: Path) -> None:
-    """`serve --processes 2 --scheduler-process`: the server processes step nothing (their
-    wake-ups go to the scheduler process over Postgres's LISTEN/NOTIFY); killed mid-study, the
-    scheduler process is started again and the study finishes with every trial once."""
+    """`serve --processes 2` on Postgres: the server processes step nothing (their wake-ups go
+    to the scheduler process over Postgres's LISTEN/NOTIFY); killed mid-study, the scheduler
+    process is started again and the study finishes with every trial once."""
     service = start_service(postgres_database, tmp_path, {"PARETUNE_POLL_INTERVAL_S": "0.2"},
-                            ("--processes", "2", "--scheduler-process"))
+                            ("--processes", "2"))
     try:
         first = wait_for(lambda: scheduler_process(service.process.pid), 30, "a scheduler process")
         admin, study_id = start_study(service)
@@ -137,6 +139,27 @@ def test_a_scheduler_process_steps_the_studies_and_is_started_again_when_killed(
     assert all(state == "completed" and told for _, state, told in rows)
     assert all("paretune_step_seconds_count 0.0" in text for text in steps)  # no server process stepped
     assert not Path(f"/proc/{second}").exists()  # stopped with the server
+
+
+def test_a_scheduler_process_ends_with_a_server_killed_outright(postgres_database: str, tmp_path: Path) -> None:
+    """SIGKILL gives the server no time to stop its scheduler process: that process sees its
+    standard input close and stops on its own, as it does with SIGTERM."""
+    service = start_service(postgres_database, tmp_path)
+    try:
+        child = wait_for(lambda: scheduler_process(service.process.pid), 30, "a scheduler process")
+        os.kill(service.process.pid, signal.SIGKILL)  # the server alone, not its process group
+        service.process.wait()
+        wait_for(lambda: not alive(child), 20, "the scheduler process to stop")
+    finally:
+        service.stop()
+    assert "the process that started this scheduler is gone; stopping" in service.log_path.read_text()
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_a_scheduler_run_on_its_own_steps_the_studies_and_serves_its_metrics(postgres_database: str,
