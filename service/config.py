@@ -49,6 +49,11 @@ class Settings(BaseSettings):
         default=0.5, gt=0, description="database re-check period of long-polls and events without Redis (seconds)")
     schedule_interval_s: float = Field(
         default=1.0, gt=0, description="how often each replica looks for studies whose step has work (seconds)")
+    step_gap_s: float = Field(
+        default=0.05, ge=0,
+        description="a study's scheduling steps start at least this far apart, so that the results which arrive "
+        "in between are told and replaced in one step, unless a worker waits for what the step queues (seconds; "
+        "0: a step per wake-up)")
     keep_alive_s: float = Field(
         default=75.0, gt=0,
         description="idle HTTP connections are kept this long, longer than clients keep them (seconds)")

@@ -50,14 +50,16 @@ class Channel:
         return f"{Channel.STUDY}{study_id}"
 
     @staticmethod
-    def step(study_id: int) -> str:
-        """The study's scheduling step has work (for a scheduler process)."""
-        return f"{Channel.STEP}{study_id}"
+    def step(study_id: int, urgent: bool = False) -> str:
+        """The study's scheduling step has work (for a scheduler process); `urgent`: a
+        worker waits for what it queues."""
+        return f"{Channel.STEP}{'!' if urgent else ''}{study_id}"
 
     @staticmethod
-    def step_study(channel: str) -> int:
-        """The study a `step` channel names."""
-        return int(channel.removeprefix(Channel.STEP))
+    def step_study(channel: str) -> tuple[int, bool]:
+        """The study a `step` channel names, and whether it is urgent."""
+        named = channel.removeprefix(Channel.STEP)
+        return int(named.removeprefix("!")), named.startswith("!")
 
 
 def postgres_dsn(database_url: str) -> str | None:

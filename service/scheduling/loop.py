@@ -6,10 +6,14 @@ so that work left by a replica that died, or that arrived at another replica, is
 within `schedule_interval_s`. The database lock of each step makes sure that only one
 replica steps a study at a time; the others skip it.
 
-A server process may leave its steps to a scheduler process (`paretune scheduler`, or
-`paretune serve --scheduler-process`): its Scheduler is not started and hands its wake-ups
-to the notifier as `step:<id>` channels, which the scheduler process follows. Its steps
-then do not wait for the GIL behind the request threads.
+A study's steps start at least `step_gap_s` apart: a wake-up within the gap is held to its
+end, so that the results which arrive meanwhile are told in one step. An urgent wake-up (a
+worker found no next lease to take with its result) is not held.
+
+A server process may leave its steps to a scheduler process (`paretune scheduler`, which
+`paretune serve` starts on Postgres): its Scheduler is not started and hands its wake-ups
+to the notifier as `step:<id>` channels (`step:!<id>` when urgent), which the scheduler
+process follows. Its steps then do not wait for the GIL behind the request threads.
 
 A step wakes nobody itself: the trials it queues and the changes it makes register their
 wake-ups with the step's transaction (service.store.effects), sent once it commits.
@@ -22,6 +26,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+
+from cachetools import TTLCache
 
 from service.config import Settings
 from service.notify import Channel, Notifier, stop_tasks
@@ -47,6 +53,13 @@ class Scheduler:
         # steps are mostly Python: more at once would only lengthen each one's hold of its lock
         self._slots = asyncio.Semaphore(STEP_THREADS)
         self._running: set[int] = set()
+        # the studies stepped in the last `step_gap_s`, when their step started; a wake-up of
+        # one of them waits out the gap (`_held`), so that the results which arrive meanwhile
+        # are told in one step instead of a step each, unless a worker waits for it (`_urgent`)
+        self.gap_s = settings.step_gap_s
+        self._recent: TTLCache[int, float] = TTLCache(maxsize=1 << 20, ttl=self.gap_s or 1.0)
+        self._held: set[int] = set()
+        self._urgent: set[int] = set()
         self.steps = 0
         self.observe = observe  # how long each step held its study's lock
 
@@ -59,20 +72,27 @@ class Scheduler:
         if self._task is not None:
             await stop_tasks(self._task)
 
-    def wake(self, *study_ids: int) -> None:
-        """Ask for a step of these studies soon; callable from any thread. Not started here
-        (a scheduler process steps them), the wake-ups go to it through the notifier."""
+    def wake(self, *study_ids: int, urgent: bool = False) -> None:
+        """Ask for a step of these studies soon, `urgent`ly when a worker waits for what
+        they queue; callable from any thread. Not started here (a scheduler process steps
+        them), the wake-ups go to it through the notifier."""
         if self._loop is None:
-            self.notifier.notify(*(Channel.step(study_id) for study_id in study_ids))
+            self.notifier.notify(*(Channel.step(study_id, urgent) for study_id in study_ids))
             return
-        self._loop.call_soon_threadsafe(self._add, study_ids)
+        self._loop.call_soon_threadsafe(self._add, study_ids, urgent)
 
     def follow(self) -> None:
         """Step the studies other processes' `wake` names (this is the scheduler process)."""
-        self.notifier.on(Channel.STEP, lambda channel: self._add((Channel.step_study(channel),)))
+        def woken(channel: str) -> None:
+            study_id, urgent = Channel.step_study(channel)
+            self._add((study_id,), urgent)
 
-    def _add(self, study_ids: tuple[int, ...]) -> None:
+        self.notifier.on(Channel.STEP, woken)
+
+    def _add(self, study_ids: tuple[int, ...], urgent: bool = False) -> None:
         self._pending.update(study_ids)
+        if urgent:
+            self._urgent.update(study_ids)
         assert self._event is not None
         self._event.set()
 
@@ -97,10 +117,36 @@ class Scheduler:
             ready = self._pending - self._running
             self._pending -= ready
             for study_id in sorted(ready):
+                if self._hold(study_id):
+                    continue
                 self._running.add(study_id)
+                self._recent[study_id] = time.monotonic()
                 task = asyncio.create_task(self._step(study_id))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
+
+    def _hold(self, study_id: int) -> bool:
+        """Whether this study's step waits out the gap since its last one (it is then
+        woken at the gap's end)."""
+        if study_id in self._urgent:
+            self._urgent.discard(study_id)
+            self._held.discard(study_id)
+            return False
+        if study_id in self._held:
+            return True
+        last = self._recent.get(study_id) if self.gap_s else None
+        if last is None:
+            return False
+        self._held.add(study_id)
+        assert self._loop is not None
+        self._loop.call_later(max(0.0, last + self.gap_s - time.monotonic()), self._release, study_id)
+        return True
+
+    def _release(self, study_id: int) -> None:
+        if study_id in self._held:  # else an urgent wake-up stepped it meanwhile
+            self._held.discard(study_id)
+            self._recent.pop(study_id, None)
+            self._add((study_id,))
 
     def _scan(self) -> list[int]:
         with self.db.read() as session:
@@ -116,7 +162,8 @@ class Scheduler:
             assert self._loop is not None
             self._loop.call_later(RETRY_BUSY_S, self._add, (study_id,))
             return
-        if report.more:
+        if report.more:  # at once: it stopped for time, not for want of results
+            self._recent.pop(study_id, None)
             self._pending.add(study_id)
         if self._pending and self._event is not None:
             self._event.set()  # wake-ups that came while this step ran

@@ -27,7 +27,7 @@ class Notifications(Protocol):
 
 
 class Steps(Protocol):
-    def wake(self, *study_ids: int) -> None: ...
+    def wake(self, *study_ids: int, urgent: bool = False) -> None: ...
 
 
 class Shares(Protocol):
@@ -37,6 +37,7 @@ class Shares(Protocol):
 @dataclass
 class Effects:
     steps: set[int] = field(default_factory=set)  # studies whose scheduling step has work
+    urgent: set[int] = field(default_factory=set)  # of them, those a worker waits for
     pools: dict[str, int | None] = field(default_factory=dict)  # pool -> work queued (None: wake every waiter)
     studies: dict[int, int] = field(default_factory=dict)  # study -> trials queued
     channels: set[str] = field(default_factory=set)  # every waiter of these is woken
@@ -44,6 +45,11 @@ class Effects:
 
     def wake_step(self, study_id: int) -> None:
         self.steps.add(study_id)
+
+    def hurry(self) -> None:
+        """A worker waits for what the steps woken so far queue: they wait out no gap
+        (service.scheduling.loop)."""
+        self.urgent |= self.steps
 
     def queued(self, pool: str, count: int | None = 1, study_id: int | None = None) -> None:
         """`count` pieces of work (of `study_id`'s trials) were queued in `pool`: as many of its
@@ -67,7 +73,10 @@ class Effects:
         if shares is not None and self.studies:
             shares.queued(self.studies)
         if scheduler is not None and self.steps:
-            scheduler.wake(*sorted(self.steps))
+            if self.steps - self.urgent:
+                scheduler.wake(*sorted(self.steps - self.urgent))
+            if self.urgent:
+                scheduler.wake(*sorted(self.urgent), urgent=True)
         if notifier is None:
             return
         everyone = {Channel.pool(pool) for pool, count in self.pools.items() if count is None} | self.channels

@@ -18,6 +18,7 @@ from service.api.schemas import ERROR_RESPONSES, WorkerOut
 from service.artifacts import audit, catalog, validations, versions
 from service.errors import Forbidden, Invalid, NotFound
 from service.notify import Channel
+from service.store.effects import effects
 from service.store.models import Study, Trial, Worker
 from service.store.storable import storable
 from service.trials.empty import QueueKey
@@ -184,6 +185,8 @@ def report_once(state: AppState, principal: Principal, token: str, report: bytes
         ack = state.queue.record(session, held, report)
         if report.next_lease:  # in the same transaction: one request per unit of work instead of two
             ack.next_lease = next_work(session, state, held.worker, contract)
+            if ack.next_lease is None:  # the worker waits for what the report's step queues
+                effects(session).hurry()
         return ack
 
 

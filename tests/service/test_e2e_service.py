@@ -120,7 +120,7 @@ def test_a_restarted_service_resumes_the_study_from_the_database(tmp_path: Path)
         sid = admin.post("/v1/studies", json=study_doc(budget={"max_trials": 40})).json()["id"]
         token = first.make_worker_token()
         with httpx.Client(base_url=first.url, headers={"Authorization": f"Bearer {token}"}) as client:
-            assert run(client, register(client), max_results=17) == 17
+            assert run(client, register(client), max_results=17, wait_s=2.0) == 17
         admin_token = first.admin_token
     finally:
         first.stop()

@@ -23,6 +23,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "reaper_interval_s": ("4", 4.0),
     "poll_interval_s": ("0.25", 0.25),
     "schedule_interval_s": ("3", 3.0),
+    "step_gap_s": ("0.2", 0.2),
     "keep_alive_s": ("120", 120.0),
     "max_body_bytes": ("2000000", 2_000_000),
     "auth_failure_limit": ("5", 5),
