@@ -5,7 +5,7 @@ workload through Optuna's RDBStorage ask/tell on the same database server.
     .venv/bin/python bench/fleet.py                      # every scenario, writes bench/results/fleet.{md,json}
     .venv/bin/python bench/fleet.py --scenarios single --trials 2000 --no-write
 
-Scenarios (NSGA-II, parallelism twice the workers, capped at the study limit):
+Scenarios (NSGA-II, parallelism twice the workers by default (--slack), capped at the study limit):
   single   200 workers, one study of 10,000 trials (late_over_early: the time of trials
            9,000-10,000 over that of trials 0-1,000)
   studies  200 workers, 20 concurrent studies of 500 trials
@@ -98,14 +98,15 @@ def machine() -> str:
 
 
 def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env: dict[str, str],
-              processes: int = 1, scheduler_process: bool = True, trial_s: float = 0.0) -> dict[str, Any]:
+              processes: int = 1, scheduler_process: bool = True, trial_s: float = 0.0,
+              slack: float = 2.0) -> dict[str, Any]:
     db_url = create_postgres_database()
     workdir = Path(tempfile.mkdtemp(prefix="fleet-"))
     steps = "--scheduler-process" if scheduler_process else "--no-scheduler-process"
     service = start_service(db_url, workdir, env, ("--processes", str(processes), steps))
     try:
         admin = service.client()
-        parallelism = max(1, 2 * workers // studies)
+        parallelism = max(1, int(slack * workers) // studies)
         for i in range(studies):
             r = admin.post("/v1/studies", json=study_document(f"{name}-{i}", trials_per_study, parallelism, seed=i))
             r.raise_for_status()
@@ -136,7 +137,7 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
     row = _summary(name, workers, studies, trials_per_study, data, wall, server_cpu, finished, processes)
     if scheduler_process and row["completed"]:  # its share of the server's CPU
         row["scheduler_cpu_ms_per_trial"] = round(1000 * children_cpu / row["completed"], 2)
-    return row | {"scheduler_process": scheduler_process, "trial_s": trial_s}
+    return row | {"scheduler_process": scheduler_process, "trial_s": trial_s, "slack": slack}
 
 
 def _finished(admin: Any, studies: int) -> int:
@@ -222,8 +223,8 @@ def run_rdb(workers: int, trials: int, seconds: float) -> dict[str, Any]:
             "trials_per_s": round(count[0] / elapsed, 1)}
 
 
-COLUMNS = ["scenario", "server_processes", "scheduler_process", "workers", "trial_s", "studies", "completed", "errors",
-           "trials_per_s", "long_polls", "lease_p50_ms", "lease_p99_ms", "result_p50_ms", "result_p99_ms",
+COLUMNS = ["scenario", "server_processes", "scheduler_process", "workers", "trial_s", "slack", "studies", "completed",
+           "errors", "trials_per_s", "long_polls", "lease_p50_ms", "lease_p99_ms", "result_p50_ms", "result_p99_ms",
            "late_over_early", "server_cores", "server_cpu_ms_per_trial", "scheduler_cpu_ms_per_trial", "wall_s",
            "vs_rdb"]
 
@@ -281,6 +282,8 @@ def main() -> None:
     parser.add_argument("--scheduler-process", action=argparse.BooleanOptionalAction, default=True,
                         help="paretune serve --[no-]scheduler-process: the steps in a process of their own (serve's "
                         "default on Postgres) or in the server process")
+    parser.add_argument("--slack", type=float, default=2.0,
+                        help="a study's parallelism over the workers it has (1: no trial queued ahead of a worker)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     env = {"PARETUNE_LEASE_S": "60", "PARETUNE_POLL_INTERVAL_S": "0.5"}
@@ -289,13 +292,14 @@ def main() -> None:
     serving = (args.server_processes, args.scheduler_process)
     for scenario in args.scenarios.split(","):
         if scenario == "single":
-            rows.append(run_fleet("single", args.workers, 1, args.trials, env, *serving))
+            rows.append(run_fleet("single", args.workers, 1, args.trials, env, *serving, slack=args.slack))
         elif scenario == "studies":
-            rows.append(run_fleet("studies", args.workers, 20, 500, env, *serving))
+            rows.append(run_fleet("studies", args.workers, 20, 500, env, *serving, slack=args.slack))
         elif scenario == "wide":
-            rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env, *serving))
+            rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env, *serving, slack=args.slack))
         elif scenario == "paced":
-            rows.append(run_fleet("paced", args.workers, 1, args.paced_trials, env, *serving, args.trial_s))
+            rows.append(run_fleet("paced", args.workers, 1, args.paced_trials, env, *serving, args.trial_s,
+                                  slack=args.slack))
         elif scenario == "rdb":
             tries = [run_rdb(int(w), args.trials, args.rdb_seconds) for w in args.rdb_workers.split(",")]
             rows.append(max(tries, key=lambda r: r["trials_per_s"]) | {"tried": tries})
