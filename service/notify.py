@@ -143,6 +143,11 @@ class Notifier:
                     self.dropped += 1
                 self._outbox.put_nowait((channel, count))
 
+    def waiting(self, channel: str) -> bool:
+        """Whether a long-poll of this process waits on this channel now (callable from any
+        thread: a glance, not a promise)."""
+        return bool(self._waiters.get(channel))
+
     async def wait(self, channel: str, timeout: float) -> bool:
         """Until this channel is notified (True) or `timeout` passes (False)."""
         assert self._loop is not None

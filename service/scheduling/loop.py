@@ -8,7 +8,8 @@ replica steps a study at a time; the others skip it.
 
 A study's steps start at least `step_gap_s` apart: a wake-up within the gap is held to its
 end, so that the results which arrive meanwhile are told in one step. An urgent wake-up (a
-worker found no next lease to take with its result) is not held.
+worker waits: it found no next lease to take with its result, or it long-polls the study's
+pool) is not held.
 
 A server process may leave its steps to a scheduler process (`paretune scheduler`, which
 `paretune serve` starts on Postgres): its Scheduler is not started and hands its wake-ups

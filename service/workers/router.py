@@ -185,8 +185,9 @@ def report_once(state: AppState, principal: Principal, token: str, report: bytes
         ack = state.queue.record(session, held, report)
         if report.next_lease:  # in the same transaction: one request per unit of work instead of two
             ack.next_lease = next_work(session, state, held.worker, contract)
-            if ack.next_lease is None:  # the worker waits for what the report's step queues
-                effects(session).hurry()
+        # a worker waits for what the report's step queues: this one, or one long-polling here
+        if (report.next_lease and ack.next_lease is None) or state.notifier.waiting(Channel.pool(held.worker.pool)):
+            effects(session).hurry()
         return ack
 
 
