@@ -114,7 +114,7 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
         token_file.write_text(service.make_worker_token())
         out = workdir / "clients.json"
         total = studies * trials_per_study
-        cpu_before, children_before = server_cpu_seconds(service.process.pid), children_cpu_seconds(service.process.pid)
+        own_before, children_before = cpu_seconds(service.process.pid), children_cpu_seconds(service.process.pid)
         started = time.monotonic()
         clients = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fleet_clients.py"), service.url,
                                     str(token_file), "--workers", str(workers), "--until", str(total),
@@ -127,8 +127,8 @@ def run_fleet(name: str, workers: int, studies: int, trials_per_study: int, env:
                 clients.kill()
                 clients.wait()
         wall = time.monotonic() - started
-        server_cpu = server_cpu_seconds(service.process.pid) - cpu_before
         children_cpu = children_cpu_seconds(service.process.pid) - children_before
+        server_cpu = cpu_seconds(service.process.pid) - own_before + children_cpu  # the server's processes together
         data = json.loads(out.read_text())
         finished = _finished(admin, studies)
     finally:
@@ -289,17 +289,16 @@ def main() -> None:
     env = {"PARETUNE_LEASE_S": "60", "PARETUNE_POLL_INTERVAL_S": "0.5"}
     loop_s = python_loop_s()
     rows: list[dict[str, Any]] = []
-    serving = (args.server_processes, args.scheduler_process)
+    serving = {"processes": args.server_processes, "scheduler_process": args.scheduler_process, "slack": args.slack}
     for scenario in args.scenarios.split(","):
         if scenario == "single":
-            rows.append(run_fleet("single", args.workers, 1, args.trials, env, *serving, slack=args.slack))
+            rows.append(run_fleet("single", args.workers, 1, args.trials, env, **serving))
         elif scenario == "studies":
-            rows.append(run_fleet("studies", args.workers, 20, 500, env, *serving, slack=args.slack))
+            rows.append(run_fleet("studies", args.workers, 20, 500, env, **serving))
         elif scenario == "wide":
-            rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env, *serving, slack=args.slack))
+            rows.append(run_fleet("wide", args.wide_workers, 1, 5 * args.wide_workers, env, **serving))
         elif scenario == "paced":
-            rows.append(run_fleet("paced", args.workers, 1, args.paced_trials, env, *serving, args.trial_s,
-                                  slack=args.slack))
+            rows.append(run_fleet("paced", args.workers, 1, args.paced_trials, env, trial_s=args.trial_s, **serving))
         elif scenario == "rdb":
             tries = [run_rdb(int(w), args.trials, args.rdb_seconds) for w in args.rdb_workers.split(",")]
             rows.append(max(tries, key=lambda r: r["trials_per_s"]) | {"tried": tries})

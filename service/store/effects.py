@@ -73,8 +73,8 @@ class Effects:
         if shares is not None and self.studies:
             shares.queued(self.studies)
         if scheduler is not None and self.steps:
-            if self.steps - self.urgent:
-                scheduler.wake(*sorted(self.steps - self.urgent))
+            if calm := self.steps - self.urgent:
+                scheduler.wake(*sorted(calm))
             if self.urgent:
                 scheduler.wake(*sorted(self.urgent), urgent=True)
         if notifier is None:
