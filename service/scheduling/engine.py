@@ -323,7 +323,7 @@ class EngineMirror:
         state = {STATE_KEY: {"param_id": str(candidate.param_id), "generation": self.search.current_generation}}
         return config, state, 0
 
-    def adopt(self, row: Trial, sampler_id: int) -> None:
+    def adopt(self, trial_id: int, number: int, seq: int, sampler_id: int) -> None:
         """The trial the step made of the last ask (nothing to remember: its param_id is in it)."""
 
     # -- tell ------------------------------------------------------------------------------

@@ -170,12 +170,13 @@ class Mirror:
     def close(self) -> None:
         return None
 
-    def adopt(self, row: Trial, optuna_trial_id: int) -> None:
-        """Remember that `row` is the trial this mirror just asked for."""
-        self.ids[row.id] = optuna_trial_id
-        self.running.add(row.id)
-        self.watermark = max(self.watermark, row.seq)
-        self.next_number = max(self.next_number, row.number + 1)
+    def adopt(self, trial_id: int, number: int, seq: int, optuna_trial_id: int) -> None:
+        """Remember that trial `trial_id` (its number and sequence number) is the one this
+        mirror just asked for."""
+        self.ids[trial_id] = optuna_trial_id
+        self.running.add(trial_id)
+        self.watermark = max(self.watermark, seq)
+        self.next_number = max(self.next_number, number + 1)
 
     def learn(self, row: Trial) -> None:
         """Bring the mirror up to date with one row: a trial it does not know is added (as

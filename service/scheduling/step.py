@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
@@ -34,7 +35,7 @@ from service.studies import lifecycle
 from service.studies.document import document_of
 from service.trials import queries, shares
 from service.trials.queries import LIGHT
-from service.trials.transitions import announce, touch, touch_ids, transition
+from service.trials.transitions import queue, touch, touch_ids, transition
 from wire.contract import FailureReason
 
 ASKS_PER_STEP = 64  # one step asks for at most this many trials...
@@ -91,10 +92,11 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     report.changed = bool(report.accounted or decided or report.queued or asked.refused)
     if report.changed:
         lifecycle.touch(session, study, next(seqs, None))
-    session.flush()  # the new trials and the study's row, one round trip each
+    session.flush()  # the accounted trials and the study's row, one round trip each
+    ids = queue(session, asked.rows)
     shares.add_usage(session, study, unseen)
-    for trial, optuna_id in asked.trials:
-        mirror.adopt(trial, optuna_id)
+    for trial_id, row, optuna_id in zip(ids, asked.rows, asked.optuna_ids, strict=True):
+        mirror.adopt(trial_id, row["number"], row["seq"], optuna_id)
     mirror.persist(session)  # a search engine's state, committed with the step
     mirror.stepped_at = study.seq
     if study.state in STUDY_FINISHED:  # its sampler is done: a straggler's step rebuilds the mirror
@@ -231,7 +233,8 @@ class Asked:
     budget_left: int = 0
     waiting: bool = False  # the sampler proposes nothing until trials in flight are told
     in_a_row: int = 0  # the latest trials infeasible in a row once it asked
-    trials: list[tuple[Trial, int]] = field(default_factory=list)  # queued, with their sampler ids
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the trials queued (inserted by `queue`)
+    optuna_ids: list[int] = field(default_factory=list)  # their sampler ids
 
 
 def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, counts: schedule.Counts,
@@ -262,7 +265,7 @@ def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, count
             asked.budget_left = 0
             break
         refusal = mirror.feasibility.refusal(session, study, params)
-        trial = Trial(
+        row = dict(
             study_id=study.id,
             number=study.n_created,
             state=TRIAL.initial.value,
@@ -277,15 +280,16 @@ def _ask(session: Session, study: Study, mirror: StudyMirror, wanted: int, count
             sampler_state=sampler_state,
             max_attempts=document.limits.max_attempts,
         )
-        session.add(trial)
         study.n_created += 1
         if refusal is None:
-            announce(session, study.id, study.pool, TRIAL.initial)
-            asked.trials.append((trial, optuna_id))
+            asked.rows.append(row)
+            asked.optuna_ids.append(optuna_id)
             asked.queued += 1
             asked.budget_left -= 1
             asked.in_a_row = 0
         else:
+            trial = Trial(**row)
+            session.add(trial)
             _refuse(session, study, mirror, trial, optuna_id, refusal)
             asked.refused += 1
             asked.budget_left -= 1 if counts.count_infeasible else 0
@@ -308,7 +312,7 @@ def _refuse(session: Session, study: Study, mirror: StudyMirror, trial: Trial, o
     transition(session, trial, TrialState.FAILED, failure_reason=FailureReason.INFEASIBLE.value,
          message=refusal.message, compile_report=refusal.report(), told=True)
     study.n_failed += 1
-    mirror.adopt(trial, optuna_id)
+    mirror.adopt(trial.id, trial.number, trial.seq, optuna_id)
     mirror.learn(trial)
 
 

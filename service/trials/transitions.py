@@ -9,14 +9,14 @@ import itertools
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import select, text, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.orm import Session
 
 from service.domain.states import TRIAL, TRIAL_FINISHED, TRIAL_REPORTED, TrialState
 from service.notify import Channel
 from service.store.db import is_postgres, next_seq, next_seqs
 from service.store.effects import effects
-from service.store.models import Trial, utcnow
+from service.store.models import TRIALS, Trial, utcnow
 
 
 def transition(session: Session, trial: Trial, to: TrialState, *, seq: int | None = None, **fields: Any) -> None:
@@ -33,7 +33,25 @@ def transition(session: Session, trial: Trial, to: TrialState, *, seq: int | Non
     announce(session, trial.study_id, trial.pool, target, told=bool(trial.told))
 
 
-# the name the lease queue (service.trials.leases) calls it by
+def queue(session: Session, rows: list[dict[str, Any]]) -> list[int]:
+    """Create trials in the machine's initial state (queued), one row's columns each; their
+    ids, in order. Core statements, not the ORM's flush: a study's step queues dozens of
+    trials at a time and reads none of them back. Several rows on Postgres: their ids are
+    drawn first, and the rows go as one prepared INSERT run for each, whose text is the same
+    whatever their number (a statement of every row's values is parsed anew each time)."""
+    if len(rows) > 1 and is_postgres(session):
+        ids = list(session.execute(_TRIAL_IDS, {"n": len(rows)}).scalars())
+        session.execute(insert(TRIALS), [{**row, "id": trial_id} for row, trial_id in zip(rows, ids, strict=True)])
+    elif rows:
+        ids = list(session.execute(insert(TRIALS).returning(TRIALS.c.id, sort_by_parameter_order=True), rows).scalars())
+    else:
+        return []
+    for row in rows:
+        announce(session, row["study_id"], row["pool"], TRIAL.initial)
+    return ids
+
+
+_TRIAL_IDS = text("SELECT nextval(pg_get_serial_sequence('trials', 'id')) FROM generate_series(1, :n)")
 
 
 def transition_all(session: Session, study_id: int, old: Iterable[TrialState], to: TrialState,

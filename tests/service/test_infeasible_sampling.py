@@ -34,7 +34,7 @@ def infeasible_proposals(sampler: dict[str, Any], seed: int, as_constraint: bool
         params, sampler_state, optuna_id = mirror.ask(number)
         row = Trial(id=number + 1, number=number, seq=number + 1, state="queued", config=params,
                     sampler_state=sampler_state)
-        mirror.adopt(row, optuna_id)
+        mirror.adopt(row.id, row.number, row.seq, optuna_id)
         recorded = ROWS[json.dumps(params, sort_keys=True)]
         if recorded["status"] == "completed":
             row.state = "completed"
