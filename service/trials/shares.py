@@ -23,11 +23,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Executable, Insert, func, select
+from sqlalchemy import Executable, Insert, func, literal, select, union_all
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.domain.states import TrialState
+from service.domain.states import STUDY_FINISHED, StudyState, TrialState
 from service.store.db import Database, is_postgres
 from service.store.models import TRIALS, Pool, PoolTeam, PoolUsage, Study, Team, Trial, as_utc, utcnow
 from service.trials import fairshare
@@ -79,16 +79,18 @@ def _usage_upsert(postgres: bool) -> Insert:
 
 @dataclass
 class Entry:
-    """A study of the pool with trials to lease, and what may lease them."""
+    """A study of the pool, what may lease its trials, and whether it has some queued as far
+    as this replica knows: from the last refresh, or its own steps since (`ShareView.queued`),
+    until a lease of it finds none."""
 
     candidate: Candidate
     backend: str
     requires_energy: bool
     requires_gpu: bool
-    queued: int
+    queued: bool
 
     def fits(self, worker: WorkerInfo) -> bool:
-        return (self.queued > 0 and self.backend in worker.backends and (worker.energy or not self.requires_energy)
+        return (self.queued and self.backend in worker.backends and (worker.energy or not self.requires_energy)
                 and (worker.gpu or not self.requires_gpu))
 
 
@@ -198,16 +200,14 @@ class ShareView:
             self._wake.set()
 
     def _count_queued(self, studies: Mapping[int, int]) -> bool:
-        """Whether a study is not in the view (under the lock). A count the database had
-        already is counted twice until the next refresh: a lease tries that study once in
-        vain, where a count missed would leave its trials to the pool's oldest-first order."""
+        """Whether a study is not in the view (under the lock)."""
         unknown = False
-        for study_id, count in studies.items():
+        for study_id in studies:
             entry = next((p.entries[study_id] for p in self.pools.values() if study_id in p.entries), None)
             if entry is None:
                 unknown = True
             else:
-                entry.queued += count
+                entry.queued = True
         return unknown
 
     # -- leasing ------------------------------------------------------------------------------
@@ -231,7 +231,6 @@ class ShareView:
             if pool.held_back(entry.candidate.team_id):
                 return False
             pool.count_lease(study_id, entry.candidate.team_id, +1)
-            entry.queued -= 1
             return True
 
     def unclaim(self, pool_name: str, study_id: int) -> None:
@@ -240,7 +239,7 @@ class ShareView:
             found = self._find(pool_name, study_id)
             if found is not None:
                 found[0].count_lease(study_id, found[1].candidate.team_id, -1)
-                found[1].queued = 0
+                found[1].queued = False
 
     def leased(self, pool_name: str, study_id: int) -> None:
         """A lease of the pool's oldest queued trial went to `study_id`."""
@@ -248,7 +247,6 @@ class ShareView:
             found = self._find(pool_name, study_id)
             if found is not None:
                 found[0].count_lease(study_id, found[1].candidate.team_id, +1)
-                found[1].queued = max(0, found[1].queued - 1)
 
     def _find(self, pool_name: str, study_id: int) -> tuple[PoolShares, Entry] | None:
         """The pool and the study's entry in it, if the view has them (under the lock)."""
@@ -292,11 +290,13 @@ def load(session: Session, now: datetime, only: str | None = None) -> dict[str, 
         if entry is None:
             candidate = Candidate(row.study_id, row.team_id, _priority(row.priority), float(row.weight))
             entry = pool.entries[row.study_id] = Entry(candidate, row.backend, bool(row.requires_energy),
-                                                       bool(row.requires_gpu), 0)
+                                                       bool(row.requires_gpu), False)
         if row.state == TrialState.RUNNING:
             pool.count_lease(row.study_id, row.team_id, int(row.n))
-        else:
-            entry.queued += int(row.n)
+        else:  # what may lease its first queued trial
+            entry.backend, entry.requires_energy, entry.requires_gpu = (
+                row.backend, bool(row.requires_energy), bool(row.requires_gpu))
+            entry.queued = True
     _add_usage(session, pools, now, only)
     teams = {team for pool in pools.values() for team in (*pool.teams, *pool.shares)}
     if teams:
@@ -314,20 +314,18 @@ def _add_usage(session: Session, pools: dict[str, PoolShares], now: datetime, on
              .where(PoolUsage.hour >= now - timedelta(seconds=window)))
     if only is not None:
         query = query.where(PoolUsage.pool == only)
-    day_ago = now - timedelta(seconds=fairshare.DAY_S)
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for row in session.execute(query):
         pool = pools.get(row.pool) or pools.setdefault(row.pool, PoolShares(row.pool))
-        hour = as_utc(row.hour)
+        since = (now - as_utc(row.hour)).total_seconds()  # from the hour's start
         # the hour's use as if at its middle (the current hour's: halfway to now)
-        age = (now - hour).total_seconds() / 2 if now - hour < timedelta(hours=1) else \
-            (now - hour).total_seconds() - 1800
-        value = fairshare.decayed(float(row.gpu_s), age, pool.half_life_s)
+        value = fairshare.decayed(float(row.gpu_s), since / 2 if since < 3600 else since - 1800, pool.half_life_s)
+        in_day = since < fairshare.DAY_S + 3600  # the hour ends within the last 24 hours
         for usage in (pool.teams.setdefault(row.team_id, Usage()), pool.studies.setdefault(row.study_id, Usage())):
             usage.decayed_s += value
-            if hour + timedelta(hours=1) > day_ago:
+            if in_day:
                 usage.day_s += float(row.gpu_s)
-        if hour + timedelta(hours=1) > day_ago:
+        if in_day:
             totals[row.pool][0] += float(row.gpu_s)
             totals[row.pool][1] += int(row.trials)
     for name, (seconds, count) in totals.items():
@@ -353,12 +351,22 @@ def _teams_query(only: str | None) -> Executable:
 
 
 def _queue_query(only: str | None) -> Executable:
+    """The pool's studies with trials running (how many) or queued (what may lease the first
+    of them), read in a time that grows with neither queue: running trials are a few per
+    worker, and a study's first queued trial is one look into its queue's index, however
+    many it holds."""
     c = TRIALS.c
-    query = (select(c.pool, c.study_id, c.state, c.backend, c.requires_energy, c.requires_gpu, Study.team_id,
-                    Study.priority, Study.weight, func.count().label("n"))
-             .join(Study, Study.id == c.study_id)
-             .where(c.state.in_((TrialState.QUEUED.value, TrialState.RUNNING.value)))
-             .group_by(c.pool, c.study_id, c.state, c.backend, c.requires_energy, c.requires_gpu, Study.team_id,
-                       Study.priority, Study.weight))
-    return query if only is None else query.where(c.pool == only)
+    columns = (c.pool, c.study_id, c.state, c.backend, c.requires_energy, c.requires_gpu, Study.team_id,
+               Study.priority, Study.weight)
+    running = (select(*columns, func.count().label("n")).join(Study, Study.id == c.study_id)
+               .where(c.state == TrialState.RUNNING.value).group_by(*columns))
+    first = (select(c.id).where(c.study_id == Study.id, c.state == TrialState.QUEUED.value).order_by(c.number)
+             .limit(1).correlate(Study).scalar_subquery())
+    queued = (select(*columns, literal(1).label("n")).select_from(Study).join(TRIALS, c.id == first)
+              .where(Study.state.in_(UNFINISHED)))
+    if only is not None:
+        running, queued = running.where(c.pool == only), queued.where(Study.pool == only)
+    return union_all(running, queued)
 
+
+UNFINISHED = [state.value for state in StudyState if state not in STUDY_FINISHED]

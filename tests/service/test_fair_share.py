@@ -76,6 +76,26 @@ def test_equal_weights_alternate_and_weights_three_to_one(api: Api) -> None:
     assert by_study(leases(api, worker, 16)) == {a: 15, b: 1}
 
 
+def test_trials_queued_by_another_process_are_leased_by_the_policy(api: Api) -> None:
+    """The replica's view has a study lease until a lease of it finds nothing, so trials its
+    step queued elsewhere since the view was read (a scheduler process's) are leased by fair
+    share, not left to the pool's oldest-first order."""
+    _, a = team_study(api, "a", "a sweep")  # older: first in the pool's own order
+    _, b = team_study(api, "b", "b tune", parallelism=2)
+    api.quiesce()
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    state.db.send_effects_to(state.notifier, state.scheduler, None)  # its steps queue unseen by the view
+    refresh(api)
+    worker = api.worker()
+    first = leases(api, worker, 4)
+    assert by_study(first) == {a: 2, b: 2}
+    for lease in first:
+        if int(lease["trial"]["study_id"]) == b:
+            assert api.post_result(worker, lease["token"], RESULT).status_code == 200
+    api.quiesce()  # b's step queues two more; the view counts 2 running for each team
+    assert by_study(leases(api, worker, 4)) == {a: 2, b: 2}
+
+
 def test_urgent_leases_first_and_batch_last(api: Api) -> None:
     _, normal = team_study(api, "a", "normal")
     _, batch = team_study(api, "b", "batch", priority="batch")
