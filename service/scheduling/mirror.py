@@ -125,10 +125,13 @@ class Mirror:
             self.optuna.enqueue_trial(self.view.to_sampler(self.warm[number - 1]))
         for attempt in range(MAX_REASKS):
             trial = self.optuna.ask(self.distributions)
-            if not self._is_repeat(trial) or attempt == MAX_REASKS - 1:
+            config = self.view.from_sampler(trial.params)
+            key = config_key(config)
+            repeat = self._is_repeat(trial, key)
+            if not repeat or attempt == MAX_REASKS - 1:
                 break
             self._tell(trial._trial_id, OptunaState.FAIL)
-        if self._is_repeat(trial):
+        if repeat:
             # the sampler keeps to what it has seen: hand it an unseen point of a finite space
             unseen = self._unseen_point()
             exhausted = unseen is None and self.order is not None and self.order.size <= MAX_SCANNED
@@ -139,13 +142,16 @@ class Mirror:
             if unseen is not None:
                 self.optuna.enqueue_trial(self.view.to_sampler(unseen))
                 trial = self.optuna.ask(self.distributions)
-        config = self.view.from_sampler(trial.params)
-        self.seen.add(config_key(config))
+                config = self.view.from_sampler(trial.params)
+                key = config_key(config)
+        self.seen.add(key)
         system_attrs = self.storage.get_trial_system_attrs(trial._trial_id)
         return config, _jsonable(system_attrs), trial._trial_id
 
-    def _is_repeat(self, trial: optuna.Trial) -> bool:
-        if self.is_grid or config_key(self.view.from_sampler(trial.params)) not in self.seen:
+    def _is_repeat(self, trial: optuna.Trial, key: str) -> bool:
+        """Whether the sampler proposed a configuration the study has (`key`), not as one it
+        was handed to try."""
+        if self.is_grid or key not in self.seen:
             return False
         return "fixed_params" not in self.storage.get_trial_system_attrs(trial._trial_id)
 
@@ -184,9 +190,9 @@ class Mirror:
         finished, with what the sampler should hear, or running); a trial it holds as
         running that has finished is told. Idempotent."""
         finished = row.state in TRIAL_FINISHED
-        self.seen.add(config_key(row.config))
         self.next_number = max(self.next_number, row.number + 1)
-        if row.id not in self.ids:
+        if row.id not in self.ids:  # (the configuration of a trial it asked for is seen since the ask)
+            self.seen.add(config_key(row.config))
             state, values, constraints = self._told(row) if finished else (OptunaState.RUNNING, None, {})
             frozen = optuna.trial.create_trial(
                 state=state, values=values, params=self.view.to_sampler(row.config), distributions=self.distributions,
