@@ -41,6 +41,8 @@ MAX_TRIES = 4  # studies a lease tries in the policy's order before the pool's o
 DEFAULT_HALF_LIFE_S = 3600.0
 MAX_WINDOW_S = 30 * 86_400.0  # usage older than this counts for nothing, whatever the half-life
 DEFAULT_TRIAL_S = 1.0  # a pool's mean trial time before any trial of it was accounted for
+SETTLE_H = 2  # hours of usage that began this many before the current one take no more use
+SETTLED_S = 60.0  # how long the sums of those hours serve before they are read again
 
 
 # -- usage ------------------------------------------------------------------------------------
@@ -150,6 +152,7 @@ class ShareView:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._noted: dict[int, int] | None = None  # trials queued since a refresh began reading
+        self.settled = SettledUsage()  # the refresh thread's alone
 
     # -- refresh -----------------------------------------------------------------------------
 
@@ -181,7 +184,7 @@ class ShareView:
     def refresh(self, session: Session) -> None:
         with self._lock:
             self._noted = {}  # trials queued while the database is read may be missing from it
-        pools = load(session, utcnow())
+        pools = load(session, utcnow(), settled=self.settled)
         with self._lock:
             self.pools = pools
             self.refreshed_at = time.monotonic()
@@ -267,9 +270,10 @@ class ShareView:
 # -- reading a pool's shares --------------------------------------------------------------------
 
 
-def load(session: Session, now: datetime, only: str | None = None) -> dict[str, PoolShares]:
+def load(session: Session, now: datetime, only: str | None = None,
+         settled: SettledUsage | None = None) -> dict[str, PoolShares]:
     """Every pool with trials queued or running or with settings (or the pool `only`), as the
-    database has it now."""
+    database has it now; `settled`: the usage of past hours as summed at most SETTLED_S ago."""
     pools: dict[str, PoolShares] = {}
 
     def pool_of(name: str) -> PoolShares:
@@ -297,7 +301,7 @@ def load(session: Session, now: datetime, only: str | None = None) -> dict[str, 
             entry.backend, entry.requires_energy, entry.requires_gpu = (
                 row.backend, bool(row.requires_energy), bool(row.requires_gpu))
             entry.queued = True
-    _add_usage(session, pools, now, only)
+    _add_usage(session, pools, now, only, settled)
     teams = {team for pool in pools.values() for team in (*pool.teams, *pool.shares)}
     if teams:
         names = dict(session.execute(select(Team.id, Team.name).where(Team.id.in_(sorted(teams)))).all())
@@ -306,31 +310,106 @@ def load(session: Session, now: datetime, only: str | None = None) -> dict[str, 
     return pools
 
 
-def _add_usage(session: Session, pools: dict[str, PoolShares], now: datetime, only: str | None) -> None:
+def _add_usage(session: Session, pools: dict[str, PoolShares], now: datetime, only: str | None,
+               settled: SettledUsage | None) -> None:
+    """The pools' usage: one row a study and hour of `pool_usage`, over the longest window a
+    pool's half-life asks for. With `settled`, the hours that take no more use are read as
+    it summed them (a row a study), and only the latest hours row by row: a day of use reads
+    four hours' rows, not twenty-four."""
     longest = max((p.half_life_s for p in pools.values()), default=DEFAULT_HALF_LIFE_S)
-    window = min(MAX_WINDOW_S, max(fairshare.DAY_S, 10 * longest))
-    query = (select(PoolUsage.pool, PoolUsage.team_id, PoolUsage.study_id, PoolUsage.hour, PoolUsage.gpu_s,
-                    PoolUsage.trials)
-             .where(PoolUsage.hour >= now - timedelta(seconds=window)))
-    if only is not None:
-        query = query.where(PoolUsage.pool == only)
+    window_start = now - timedelta(seconds=min(MAX_WINDOW_S, max(fairshare.DAY_S, 10 * longest)))
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    recent_start = window_start
+    if settled is not None and only is None:
+        half_lives = {name: pool.half_life_s for name, pool in pools.items()}
+        recent_start = max(window_start, settled.read(session, now, window_start, half_lives))
+        assert settled.at is not None
+        since_summed = (now - settled.at).total_seconds()
+        for summed in settled.rows:
+            pool = pools.get(summed.pool) or pools.setdefault(summed.pool, PoolShares(summed.pool))
+            value = fairshare.decayed(summed.decayed_s, since_summed, pool.half_life_s)
+            _count(pool, totals, summed.team_id, summed.study_id, value, summed.day_s, summed.day_trials)
+    query = _usage_query(recent_start, only)
     for row in session.execute(query):
         pool = pools.get(row.pool) or pools.setdefault(row.pool, PoolShares(row.pool))
-        since = (now - as_utc(row.hour)).total_seconds()  # from the hour's start
-        # the hour's use as if at its middle (the current hour's: halfway to now)
-        value = fairshare.decayed(float(row.gpu_s), since / 2 if since < 3600 else since - 1800, pool.half_life_s)
-        in_day = since < fairshare.DAY_S + 3600  # the hour ends within the last 24 hours
-        for usage in (pool.teams.setdefault(row.team_id, Usage()), pool.studies.setdefault(row.study_id, Usage())):
-            usage.decayed_s += value
-            if in_day:
-                usage.day_s += float(row.gpu_s)
-        if in_day:
-            totals[row.pool][0] += float(row.gpu_s)
-            totals[row.pool][1] += int(row.trials)
+        value, in_day = _hour_use(now, as_utc(row.hour), float(row.gpu_s), pool.half_life_s)
+        _count(pool, totals, row.team_id, row.study_id, value, float(row.gpu_s) if in_day else 0.0,
+               int(row.trials) if in_day else 0)
     for name, (seconds, count) in totals.items():
         if count:
             pools[name].mean_trial_s = max(1e-3, seconds / count)
+
+
+def _hour_use(now: datetime, hour: datetime, gpu_s: float, half_life_s: float) -> tuple[float, bool]:
+    """(an hour's GPU-seconds as they count now, whether the hour ends within the last 24
+    hours): the hour's use as if at its middle (the current hour's: halfway to now)."""
+    since = (now - hour).total_seconds()  # from the hour's start
+    return (fairshare.decayed(gpu_s, since / 2 if since < 3600 else since - 1800, half_life_s),
+            since < fairshare.DAY_S + 3600)
+
+
+def _count(pool: PoolShares, totals: dict[str, list[float]], team_id: int, study_id: int, decayed_s: float,
+           day_s: float, day_trials: int) -> None:
+    for usage in (pool.teams.setdefault(team_id, Usage()), pool.studies.setdefault(study_id, Usage())):
+        usage.decayed_s += decayed_s
+        usage.day_s += day_s
+    totals[pool.name][0] += day_s
+    totals[pool.name][1] += day_trials
+
+
+def _usage_query(start: datetime, only: str | None, end: datetime | None = None) -> Executable:
+    query = (select(PoolUsage.pool, PoolUsage.team_id, PoolUsage.study_id, PoolUsage.hour, PoolUsage.gpu_s,
+                    PoolUsage.trials)
+             .where(PoolUsage.hour >= start))
+    if end is not None:
+        query = query.where(PoolUsage.hour < end)
+    return query if only is None else query.where(PoolUsage.pool == only)
+
+
+@dataclass(frozen=True)
+class SettledRow:
+    pool: str
+    team_id: int
+    study_id: int
+    decayed_s: float  # as it counted at SettledUsage.at
+    day_s: float  # of hours ending within the 24 hours before SettledUsage.at
+    day_trials: int
+
+
+@dataclass
+class SettledUsage:
+    """The usage of hours that take no more use, summed per study: hours that began SETTLE_H
+    or more before the current one (a step counts a trial's use in the hour it finished, and
+    accounts for it within moments). Summed again every SETTLED_S, when the hour turns or a
+    pool's half-life changes; in between its decayed sums are decayed further by the time
+    since (exact), and its last 24 hours may hold an hour that has just left them (at most
+    SETTLED_S too long)."""
+
+    at: datetime | None = None
+    end: datetime | None = None  # the hours before this one are summed
+    half_lives: dict[str, float] = field(default_factory=dict)
+    rows: list[SettledRow] = field(default_factory=list)
+
+    def read(self, session: Session, now: datetime, window_start: datetime, half_lives: dict[str, float]) -> datetime:
+        """Sum the settled hours again if due; the start of the hours read row by row."""
+        end = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=SETTLE_H)
+        due = (self.at is None or end != self.end or half_lives != self.half_lives
+               or (now - self.at).total_seconds() >= SETTLED_S)
+        if due:
+            sums: dict[tuple[str, int, int], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+            for row in session.execute(_usage_query(window_start, None, end)):
+                value, in_day = _hour_use(now, as_utc(row.hour), float(row.gpu_s),
+                                          half_lives.get(row.pool, DEFAULT_HALF_LIFE_S))
+                found = sums[(row.pool, row.team_id, row.study_id)]
+                found[0] += value
+                if in_day:
+                    found[1] += float(row.gpu_s)
+                    found[2] += int(row.trials)
+            self.rows = [SettledRow(pool, team, study, decayed, day, int(trials))
+                         for (pool, team, study), (decayed, day, trials) in sums.items()]
+            self.at, self.end, self.half_lives = now, end, dict(half_lives)
+        assert self.end is not None
+        return self.end
 
 
 def _priority(value: str | None) -> Priority:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import Api, study_doc
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from service.store.models import PoolUsage, Study, Trial, utcnow
 from service.trials import shares
@@ -187,6 +187,53 @@ def test_past_use_decays_by_the_pools_half_life(api: Api) -> None:
     out = api.client.get("/v1/pools/default/shares", headers=api.headers(token)).json()
     assert out["teams"][0]["usage_gpu_hours"] == pytest.approx(expected / 3600, rel=1e-4)
     assert out["teams"][0]["gpu_hours_24h"] == pytest.approx(2.0)
+
+
+def test_settled_hours_are_summed_once_and_give_what_a_full_read_gives(api: Api) -> None:
+    """The refresh reads the hours that take no more use as it summed them (a row a study),
+    and the latest hours row by row: the same usage as reading every row, now and 30 s later
+    (decayed further), with a new row of a recent hour seen at once and one of a settled hour
+    at the next summing."""
+    studies = [team_study(api, team, f"{team} {i}")[1] for team in ("a", "b") for i in range(2)]
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    hour = utcnow().replace(minute=0, second=0, microsecond=0)
+    now = hour + timedelta(minutes=30)  # no hour crosses the last day's edge in the next minute
+    with state.db.write() as session:
+        team_of = {sid: session.get(Study, sid).team_id for sid in studies}
+        session.add_all([PoolUsage(pool="default", study_id=sid, hour=hour - timedelta(hours=h), team_id=team_of[sid],
+                                   gpu_s=100.0 * (1 + h) + sid, trials=1 + h % 3)
+                         for sid in studies for h in range(30)])
+    settled = shares.SettledUsage()
+
+    def both(at: Any) -> tuple[shares.PoolShares, shares.PoolShares]:
+        with state.db.read() as session:
+            return shares.load(session, at)["default"], shares.load(session, at, settled=settled)["default"]
+
+    def same(full: shares.PoolShares, cached: shares.PoolShares) -> None:
+        for kind in ("teams", "studies"):
+            wanted, got = getattr(full, kind), getattr(cached, kind)
+            assert wanted.keys() == got.keys()
+            for key, usage in wanted.items():
+                assert got[key].decayed_s == pytest.approx(usage.decayed_s, rel=1e-9)
+                assert got[key].day_s == pytest.approx(usage.day_s, rel=1e-9)
+        assert cached.mean_trial_s == pytest.approx(full.mean_trial_s, rel=1e-9)
+
+    same(*both(now))
+    assert len(settled.rows) == len(studies)  # 28 settled hours of each study, one row each
+    summed_at = settled.at
+    same(*both(now + timedelta(seconds=30)))
+    assert settled.at == summed_at  # not summed again
+    with state.db.write() as session:  # a recent hour's use, and a late one of a settled hour
+        session.execute(update(PoolUsage).where(PoolUsage.study_id == studies[0], PoolUsage.hour == hour)
+                        .values(gpu_s=PoolUsage.gpu_s + 5000.0))
+        session.execute(update(PoolUsage).where(PoolUsage.study_id == studies[1],
+                                                PoolUsage.hour == hour - timedelta(hours=5))
+                        .values(gpu_s=PoolUsage.gpu_s + 9000.0))
+    full, cached = both(now + timedelta(seconds=40))
+    assert cached.studies[studies[0]].day_s == pytest.approx(full.studies[studies[0]].day_s)
+    assert cached.studies[studies[1]].day_s == pytest.approx(full.studies[studies[1]].day_s - 9000.0)
+    same(*both(now + timedelta(seconds=40 + shares.SETTLED_S)))  # summed again
+    assert settled.at == now + timedelta(seconds=40 + shares.SETTLED_S)
 
 
 def test_pool_settings_are_checked_and_shown_to_each_team(api: Api) -> None:
