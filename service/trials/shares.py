@@ -315,7 +315,7 @@ def _add_usage(session: Session, pools: dict[str, PoolShares], now: datetime, on
     """The pools' usage: one row a study and hour of `pool_usage`, over the longest window a
     pool's half-life asks for. With `settled`, the hours that take no more use are read as
     it summed them (a row a study), and only the latest hours row by row: a day of use reads
-    four hours' rows, not twenty-four."""
+    three hours' rows, not twenty-four."""
     longest = max((p.half_life_s for p in pools.values()), default=DEFAULT_HALF_LIFE_S)
     window_start = now - timedelta(seconds=min(MAX_WINDOW_S, max(fairshare.DAY_S, 10 * longest)))
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
