@@ -23,7 +23,7 @@ from service.controls import router as controls
 from service.controls.catalog import ControlsCatalog
 from service.http import BodyLimit, install_error_handlers
 from service.metrics import Metrics
-from service.notify import Notifier, postgres_dsn, stop_tasks
+from service.notify import Channel, Notifier, postgres_dsn, stop_tasks
 from service.scheduling.loop import Scheduler
 from service.scheduling.mirror import MirrorCache
 from service.store.db import Database
@@ -52,6 +52,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         scheduler = Scheduler(db, cache, notifier, settings, observe=metrics.step_seconds.observe)
         state = AppState(settings, db, cache, notifier, metrics, scheduler)
         db.send_effects_to(notifier, scheduler, state.shares)
+        # trials a scheduler process or another replica queued: this replica's lease order has their study lease again
+        notifier.on(Channel.QUEUED, lambda channel: state.shares.queued({Channel.queued_study(channel): 1}))
         app.state.paretune = state
         state.shares.start()
         if not settings.scheduler_process:  # else its wake-ups go to the scheduler process

@@ -37,7 +37,7 @@ class Channel:
     """The names of the notifier's channels."""
 
     STUDIES = "studies"  # the list of studies changed
-    POOL, STUDY, STEP = "pool:", "study:", "step:"
+    POOL, STUDY, STEP, QUEUED = "pool:", "study:", "step:", "queued:"
 
     @staticmethod
     def pool(name: str) -> str:
@@ -54,6 +54,16 @@ class Channel:
         """The study's scheduling step has work (for a scheduler process); `urgent`: a
         worker waits for what it queues."""
         return f"{Channel.STEP}{'!' if urgent else ''}{study_id}"
+
+    @staticmethod
+    def queued(study_id: int) -> str:
+        """Trials of the study were queued: every replica's lease order has it lease again
+        (service.trials.shares), where a scheduler process or another replica queued them."""
+        return f"{Channel.QUEUED}{study_id}"
+
+    @staticmethod
+    def queued_study(channel: str) -> int:
+        return int(channel.removeprefix(Channel.QUEUED))
 
     @staticmethod
     def step_study(channel: str) -> tuple[int, bool]:

@@ -80,6 +80,7 @@ class Effects:
         if notifier is None:
             return
         everyone = {Channel.pool(pool) for pool, count in self.pools.items() if count is None} | self.channels
+        everyone |= {Channel.queued(study_id) for study_id in self.studies}  # other processes' lease orders
         for pool, count in self.pools.items():
             if count is not None:
                 notifier.notify_some(Channel.pool(pool), count)

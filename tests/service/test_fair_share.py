@@ -96,6 +96,34 @@ def test_trials_queued_by_another_process_are_leased_by_the_policy(api: Api) -> 
     assert by_study(leases(api, worker, 4)) == {a: 2, b: 2}
 
 
+def test_a_study_that_ran_out_leases_again_once_another_process_queues_its_trials(api: Api) -> None:
+    """A lease of a study that found none takes it out of the replica's order until it has
+    trials again: trials another process queued (a scheduler process's step) put it back at
+    once, through their `queued:` notification, not at the next refresh."""
+    _, a = team_study(api, "a", "a sweep")
+    _, b = team_study(api, "b", "b tune", parallelism=2)
+    api.quiesce()
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    state.db.send_effects_to(state.notifier, state.scheduler, None)  # as in a scheduler process
+    refresh(api)
+    worker = api.worker()
+    first = leases(api, worker, 4)
+    assert by_study(first) == {a: 2, b: 2}
+    # a's turn, then b's: b has none left, so its lease goes to a's queue and b leaves the order
+    assert by_study(leases(api, worker, 2)) == {a: 2}
+    entry = state.shares.pools["default"].entries[b]
+    assert not entry.queued
+    for lease in first:
+        if int(lease["trial"]["study_id"]) == b:
+            assert api.post_result(worker, lease["token"], RESULT).status_code == 200
+    api.quiesce()  # b's step queues two more
+    deadline = time.monotonic() + 5
+    while not entry.queued and time.monotonic() < deadline:  # the notification crosses the event loop
+        time.sleep(0.01)
+    assert entry.queued
+    assert by_study(leases(api, worker, 2)) == {b: 2}  # 2 running by the view's count, against a's 4
+
+
 def test_urgent_leases_first_and_batch_last(api: Api) -> None:
     _, normal = team_study(api, "a", "normal")
     _, batch = team_study(api, "b", "batch", priority="batch")
