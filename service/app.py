@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state = AppState(settings, db, cache, notifier, metrics, scheduler)
         db.send_effects_to(notifier, scheduler, state.shares)
         # trials a scheduler process or another replica queued: this replica's lease order has their study lease again
-        notifier.on(Channel.QUEUED, lambda channel: state.shares.queued({Channel.queued_study(channel): 1}))
+        notifier.on(Channel.QUEUED, lambda channel: state.shares.queued((Channel.queued_study(channel),)))
         app.state.paretune = state
         state.shares.start()
         if not settings.scheduler_process:  # else its wake-ups go to the scheduler process

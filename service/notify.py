@@ -63,6 +63,7 @@ class Channel:
 
     @staticmethod
     def queued_study(channel: str) -> int:
+        """The study a `queued` channel names."""
         return int(channel.removeprefix(Channel.QUEUED))
 
     @staticmethod

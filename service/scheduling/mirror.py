@@ -212,8 +212,8 @@ class Mirror:
             self.running.discard(row.id)
 
     def _tell(self, trial_id: int, state: OptunaState, values: list[float] | None = None) -> None:
-        """Optuna's Study.tell without the deep copy of the trial it returns (a tenth of a
-        step's time), which the mirror never reads."""
+        """Optuna's Study.tell without the deep copy of the trial it returns, which the
+        mirror never reads (bench/results/restructure.md)."""
         _tell_with_warning(self.optuna, self.storage.get_trial_number_from_id(trial_id), values, state)
 
     def _told(self, row: Trial) -> tuple[OptunaState, list[float] | None, dict[str, float]]:

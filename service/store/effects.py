@@ -9,7 +9,7 @@ visible, and drops them when it rolls back. Routers register nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,7 +31,7 @@ class Steps(Protocol):
 
 
 class Shares(Protocol):
-    def queued(self, studies: dict[int, int]) -> None: ...
+    def queued(self, study_ids: Iterable[int]) -> None: ...
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Effects:
     steps: set[int] = field(default_factory=set)  # studies whose scheduling step has work
     urgent: set[int] = field(default_factory=set)  # of them, those a worker waits for
     pools: dict[str, int | None] = field(default_factory=dict)  # pool -> work queued (None: wake every waiter)
-    studies: dict[int, int] = field(default_factory=dict)  # study -> trials queued
+    studies: set[int] = field(default_factory=set)  # studies that queued trials
     channels: set[str] = field(default_factory=set)  # every waiter of these is woken
     callbacks: list[Callable[[], None]] = field(default_factory=list)  # this process's own bookkeeping
 
@@ -57,7 +57,7 @@ class Effects:
         known = self.pools.get(pool, 0)
         self.pools[pool] = None if known is None or count is None else known + count
         if study_id is not None:
-            self.studies[study_id] = self.studies.get(study_id, 0) + (count or 1)
+            self.studies.add(study_id)
 
     def notify(self, *channels: str) -> None:
         self.channels.update(channels)
@@ -66,8 +66,9 @@ class Effects:
         self.callbacks.append(callback)
 
     def send(self, notifier: Notifications | None, scheduler: Steps | None, shares: Shares | None = None) -> None:
-        """Callbacks and the lease order's counts first: a long-poll woken next may rely on
-        what they note."""
+        """Callbacks and this process's lease order first: a long-poll woken next may rely on
+        what they note. (The `queued:` notifications tell other processes' lease orders; this
+        process's handler of them marks again what is marked here, which changes nothing.)"""
         for callback in self.callbacks:
             callback()
         if shares is not None and self.studies:

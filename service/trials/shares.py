@@ -6,10 +6,12 @@ not seen queues trials) and ordered by the policy of service.trials.fairshare on
 Usage is counted where it is exact: a study's scheduling step, accounting for its finished
 trials once each, adds the GPU-seconds they held their leases (lease to report) to the
 study's row of `pool_usage` for that hour (`add_usage`). Between two refreshes the replica
-counts its own leases as running at once (`claim`), and trials its own steps queue
-(`queued`), so that the leases it hands out in that time follow the policy too; another
-replica's are seen at the next refresh. A team's `max_running` is therefore exact within a
-replica and may be passed by the leases other replicas make within one refresh.
+counts its own leases as running at once (`claim`), and a study that queued trials leases
+again at once (`queued`: its own transactions', and through the notifier a scheduler
+process's or another replica's), so that the leases it hands out in that time follow the
+policy too; other replicas' leases are seen at the next refresh. A team's `max_running` is
+therefore exact within a replica and may be passed by the leases other replicas make within
+one refresh.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -151,7 +153,7 @@ class ShareView:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._noted: dict[int, int] | None = None  # trials queued since a refresh began reading
+        self._noted: set[int] | None = None  # studies that queued trials since a refresh began reading
         self.settled = SettledUsage()  # the refresh thread's alone
 
     # -- refresh -----------------------------------------------------------------------------
@@ -183,29 +185,28 @@ class ShareView:
 
     def refresh(self, session: Session) -> None:
         with self._lock:
-            self._noted = {}  # trials queued while the database is read may be missing from it
+            self._noted = set()  # trials queued while the database is read may be missing from it
         pools = load(session, utcnow(), settled=self.settled)
         with self._lock:
             self.pools = pools
             self.refreshed_at = time.monotonic()
             noted, self._noted = self._noted, None
-            self._count_queued(noted)
+            self._mark_queued(noted)
 
-    def queued(self, studies: Mapping[int, int]) -> None:
-        """Trials this process queued (after the commit): study id -> how many. A study not
-        in the view yet is read at once."""
+    def queued(self, study_ids: Iterable[int]) -> None:
+        """These studies queued trials (after the commit: this process's, or another's
+        through the notifier). A study not in the view yet is read at once."""
         with self._lock:
             if self._noted is not None:
-                for study_id, count in studies.items():
-                    self._noted[study_id] = self._noted.get(study_id, 0) + count
-            unknown = self._count_queued(studies)
+                self._noted.update(study_ids)
+            unknown = self._mark_queued(study_ids)
         if unknown:
             self._wake.set()
 
-    def _count_queued(self, studies: Mapping[int, int]) -> bool:
+    def _mark_queued(self, study_ids: Iterable[int]) -> bool:
         """Whether a study is not in the view (under the lock)."""
         unknown = False
-        for study_id in studies:
+        for study_id in study_ids:
             entry = next((p.entries[study_id] for p in self.pools.values() if study_id in p.entries), None)
             if entry is None:
                 unknown = True
