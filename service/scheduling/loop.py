@@ -7,9 +7,12 @@ within `schedule_interval_s`. The database lock of each step makes sure that onl
 replica steps a study at a time; the others skip it.
 
 A study's steps start at least `step_gap_s` apart: a wake-up within the gap is held to its
-end, so that the results which arrive meanwhile are told in one step. An urgent wake-up (a
-worker waits: it found no next lease to take with its result, or it long-polls the study's
-pool) is not held.
+end, so that the results which arrive meanwhile are told in one step. While a study's queue
+is deeper than its trials in flight, the pause is longer, up to `step_hold_s`: half the time
+the trials its step left waiting would last at the study's pace (`_pause`). A study with a
+deep queue then tells its results in batches instead of a step each, and its queue does not
+run dry before the next step. An urgent wake-up (a worker waits: it found no next lease to
+take with its result, or it long-polls the study's pool) is not held.
 
 A server process may leave its steps to a scheduler process (`paretune scheduler`, which
 `paretune serve` starts on Postgres): its Scheduler is not started and hands its wake-ups
@@ -38,6 +41,7 @@ from service.store.db import STEP_THREADS, Database
 
 log = logging.getLogger("paretune.scheduling")
 RETRY_BUSY_S = 0.2  # another replica held the study's lock: look again soon
+PACE_WINDOW_S = 60.0  # a study's queue is measured between steps at most this far apart
 
 
 class Scheduler:
@@ -54,11 +58,13 @@ class Scheduler:
         # steps are mostly Python: more at once would only lengthen each one's hold of its lock
         self._slots = asyncio.Semaphore(STEP_THREADS)
         self._running: set[int] = set()
-        # the studies stepped in the last `step_gap_s`, when their step started; a wake-up of
-        # one of them waits out the gap (`_held`), so that the results which arrive meanwhile
-        # are told in one step instead of a step each, unless a worker waits for it (`_urgent`)
-        self.gap_s = settings.step_gap_s
-        self._recent: TTLCache[int, float] = TTLCache(maxsize=1 << 20, ttl=self.gap_s or 1.0)
+        # when each study stepped lately may step again (`_pause`); a wake-up before then waits
+        # (`_held`), so that the results which arrive meanwhile are told in one step instead of
+        # a step each, unless a worker waits for it (`_urgent`)
+        self.gap_s, self.hold_s = settings.step_gap_s, settings.step_hold_s
+        self._next_at: TTLCache[int, float] = TTLCache(maxsize=1 << 20, ttl=max(self.gap_s, self.hold_s) or 1.0)
+        # each study's last step here: when it started, and the trials it left waiting
+        self._last: TTLCache[int, tuple[float, int]] = TTLCache(maxsize=1 << 20, ttl=PACE_WINDOW_S)
         self._held: set[int] = set()
         self._urgent: set[int] = set()
         self.steps = 0
@@ -121,39 +127,58 @@ class Scheduler:
                 if self._hold(study_id):
                     continue
                 self._running.add(study_id)
-                self._recent[study_id] = time.monotonic()
-                task = asyncio.create_task(self._step(study_id))
+                started = time.monotonic()
+                self._next_at[study_id] = started + self.gap_s
+                task = asyncio.create_task(self._step(study_id, started))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
 
     def _hold(self, study_id: int) -> bool:
-        """Whether this study's step waits out the gap since its last one (it is then
-        woken at the gap's end)."""
+        """Whether this study's step waits for the pause since its last one to end (it is
+        then woken)."""
         if study_id in self._urgent:
             self._urgent.discard(study_id)
             self._held.discard(study_id)
             return False
         if study_id in self._held:
             return True
-        last = self._recent.get(study_id) if self.gap_s else None
-        if last is None:
+        wait = self._next_at.get(study_id, 0.0) - time.monotonic()
+        if wait <= 0:
             return False
         self._held.add(study_id)
         assert self._loop is not None
-        self._loop.call_later(max(0.0, last + self.gap_s - time.monotonic()), self._release, study_id)
+        self._loop.call_later(wait, self._release, study_id)
         return True
 
     def _release(self, study_id: int) -> None:
         if study_id in self._held:  # else an urgent wake-up stepped it meanwhile
             self._held.discard(study_id)
-            self._recent.pop(study_id, None)
-            self._add((study_id,))
+            if not self._hold(study_id):  # unless the step that ran meanwhile paused it longer
+                self._add((study_id,))
+
+    def _pause(self, study_id: int, started: float, report: StepReport) -> float:
+        """How long after this step's start the study's next may start: the gap; or, while
+        its queue is deeper than its trials in flight, half the time the trials it left
+        waiting would last at its pace since its last step here (the trials it told or,
+        when more, that were leased, over the time between the two steps' starts), at most
+        `hold_s`. A study as busy as its parallelism lets it be, or whose pace is not known,
+        is not held: its finished trials are replaced at once."""
+        last = self._last.get(study_id)
+        self._last[study_id] = (started, report.waiting)
+        if last is None or report.waiting <= report.running:
+            return self.gap_s
+        previous, left = last
+        moved = max(report.accounted, left - report.waiting_before)
+        if moved <= 0:
+            return self.gap_s
+        lasts_s = report.waiting * (started - previous) / moved
+        return max(self.gap_s, min(self.hold_s, lasts_s / 2))
 
     def _scan(self) -> list[int]:
         with self.db.read() as session:
             return pending_studies(session)
 
-    async def _step(self, study_id: int) -> None:
+    async def _step(self, study_id: int, started: float) -> None:
         try:
             async with self._slots:
                 report = await self.db.run_step(self.step_now, study_id)
@@ -163,9 +188,12 @@ class Scheduler:
             assert self._loop is not None
             self._loop.call_later(RETRY_BUSY_S, self._add, (study_id,))
             return
+        pause = self._pause(study_id, started, report)
         if report.more:  # at once: it stopped for time, not for want of results
-            self._recent.pop(study_id, None)
+            self._next_at.pop(study_id, None)
             self._pending.add(study_id)
+        else:
+            self._next_at[study_id] = started + pause
         if self._pending and self._event is not None:
             self._event.set()  # wake-ups that came while this step ran
 

@@ -53,6 +53,9 @@ class StepReport:
     study_id: int
     accounted: int = 0
     queued: int = 0
+    running: int = 0  # the study's trials leased when the step began
+    waiting_before: int = 0  # its trials waiting (queued, paused, screened) before the step asked for more
+    waiting: int = 0  # and once the step is done (both from its counts)
     more: bool = False  # the study has more to do right away (another step)
     changed: bool = False
     locked_at: float = 0.0  # perf_counter() when the study's lock was taken
@@ -84,12 +87,14 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         report.more = len(untold) == TELLS_PER_STEP
     tallies.tell([t for t in untold if t.told])
     pace = (max(1, report.accounted), report.locked_at + ASK_UNTIL_S)
+    report.running, report.waiting_before = tallies.running, max(0, counts_of(study, tallies).waiting)
     asked, room = _settle_and_refill(session, study, mirror, pace, seqs, tallies)
     report.queued = asked.queued
     report.more = report.more or report.queued < room  # the next step asks for the rest
     # a screen decided after it was deferred changes the study too: other processes'
     # mirrors then read the decision (MirrorCache.get)
     report.changed = bool(report.accounted or decided or report.queued or asked.refused)
+    report.waiting = max(0, counts_of(study, tallies).waiting)
     if report.changed:
         lifecycle.touch(session, study, next(seqs, None))
     session.flush()  # the accounted trials and the study's row, one round trip each

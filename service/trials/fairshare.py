@@ -4,7 +4,8 @@ knows of the pool (service.trials.shares) and leases from the studies in the ord
 
 A team's usage is its GPU-seconds in the pool, decayed with a half-life as Slurm's fair-share
 factor decays usage, plus what its running trials will use (each counted at the pool's mean
-trial time, so that leases between two refreshes of the usage do not all go one way). The team
+trial time, so that leases between two refreshes of the usage do not all go one way) and its
+finished trials that their study's step has not counted yet (the same). The team
 whose usage per unit of weight is lowest leases next; within a team, the study whose own usage
 per unit of its weight is lowest. A priority class comes before all of that: an `urgent` study
 is leased before any `normal` one (it preempts nothing: it takes the next free worker), a
@@ -42,11 +43,13 @@ class TeamShare:
 @dataclass
 class Usage:
     """A team's or a study's use of a pool: decayed GPU-seconds of finished trials, trials
-    running now, and GPU-seconds of the last 24 hours (for the daily quota)."""
+    running now, trials finished that their study's step has not counted yet (`untold`), and
+    GPU-seconds of the last 24 hours (for the daily quota)."""
 
     decayed_s: float = 0.0
     running: int = 0
     day_s: float = 0.0
+    untold: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def held_back(team: str, pool: str, share: TeamShare, usage: Usage) -> str | Non
 
 
 def load(usage: Usage, mean_trial_s: float) -> float:
-    return usage.decayed_s + usage.running * mean_trial_s
+    return usage.decayed_s + (usage.running + usage.untold) * mean_trial_s
 
 
 def order(candidates: Iterable[Candidate], shares: dict[int, TeamShare], teams: dict[int, Usage],

@@ -5,7 +5,9 @@ not seen queues trials) and ordered by the policy of service.trials.fairshare on
 
 Usage is counted where it is exact: a study's scheduling step, accounting for its finished
 trials once each, adds the GPU-seconds they held their leases (lease to report) to the
-study's row of `pool_usage` for that hour (`add_usage`). Between two refreshes the replica
+study's row of `pool_usage` for that hour (`add_usage`); until it does, the view counts those
+trials like running ones (a study with a deep queue holds its step up to `step_hold_s`, and
+they would count for nothing meanwhile). Between two refreshes the replica
 counts its own leases as running at once (`claim`), and a study that queued trials leases
 again at once (`queued`: its own transactions', and through the notifier a scheduler
 process's or another replica's), so that the leases it hands out in that time follow the
@@ -29,7 +31,7 @@ from sqlalchemy import Executable, Insert, func, literal, select, union_all
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.domain.states import STUDY_FINISHED, StudyState, TrialState
+from service.domain.states import STUDY_FINISHED, TRIAL_REPORTED, StudyState, TrialState
 from service.store.db import Database, is_postgres
 from service.store.models import TRIALS, Pool, PoolTeam, PoolUsage, Study, Team, Trial, as_utc, utcnow
 from service.trials import fairshare
@@ -130,6 +132,10 @@ class PoolShares:
     def count_lease(self, study_id: int, team_id: int, delta: int) -> None:
         for usage in (self.teams.setdefault(team_id, Usage()), self.studies.setdefault(study_id, Usage())):
             usage.running = max(0, usage.running + delta)
+
+    def count_untold(self, study_id: int, team_id: int, count: int) -> None:
+        for usage in (self.teams.setdefault(team_id, Usage()), self.studies.setdefault(study_id, Usage())):
+            usage.untold += count
 
 
 @dataclass(frozen=True)
@@ -298,6 +304,8 @@ def load(session: Session, now: datetime, only: str | None = None,
                                                        bool(row.requires_gpu), False)
         if row.state == TrialState.RUNNING:
             pool.count_lease(row.study_id, row.team_id, int(row.n))
+        elif row.state != TrialState.QUEUED:  # finished, not yet counted by the study's step
+            pool.count_untold(row.study_id, row.team_id, int(row.n))
         else:  # what may lease its first queued trial
             entry.backend, entry.requires_energy, entry.requires_gpu = (
                 row.backend, bool(row.requires_energy), bool(row.requires_gpu))
@@ -431,22 +439,24 @@ def _teams_query(only: str | None) -> Executable:
 
 
 def _queue_query(only: str | None) -> Executable:
-    """The pool's studies with trials running (how many) or queued (what may lease the first
-    of them), read in a time that grows with neither queue: running trials are a few per
-    worker, and a study's first queued trial is one look into its queue's index, however
-    many it holds."""
+    """The pool's studies with trials running or finished but not yet counted by their step
+    (how many), or queued (what may lease the first of them), read in a time that grows with
+    neither queue: running and untold trials are a few per worker, and a study's first
+    queued trial is one look into its queue's index, however many it holds."""
     c = TRIALS.c
     columns = (c.pool, c.study_id, c.state, c.backend, c.requires_energy, c.requires_gpu, Study.team_id,
                Study.priority, Study.weight)
-    running = (select(*columns, func.count().label("n")).join(Study, Study.id == c.study_id)
-               .where(c.state == TrialState.RUNNING.value).group_by(*columns))
+    counted = (select(*columns, func.count().label("n")).join(Study, Study.id == c.study_id).group_by(*columns))
+    running = counted.where(c.state == TrialState.RUNNING.value)
+    untold = counted.where(c.told.is_(False), c.state.in_([s.value for s in TRIAL_REPORTED]))
     first = (select(c.id).where(c.study_id == Study.id, c.state == TrialState.QUEUED.value).order_by(c.number)
              .limit(1).correlate(Study).scalar_subquery())
     queued = (select(*columns, literal(1).label("n")).select_from(Study).join(TRIALS, c.id == first)
               .where(Study.state.in_(UNFINISHED)))
     if only is not None:
-        running, queued = running.where(c.pool == only), queued.where(Study.pool == only)
-    return union_all(running, queued)
+        running, untold, queued = running.where(c.pool == only), untold.where(c.pool == only), queued.where(
+            Study.pool == only)
+    return union_all(running, untold, queued)
 
 
 UNFINISHED = [state.value for state in StudyState if state not in STUDY_FINISHED]

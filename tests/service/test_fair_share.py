@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import Api, study_doc
+from conftest import Api, make_api, study_doc
 from sqlalchemy import func, select, update
 
 from service.store.models import PoolUsage, Study, Trial, utcnow
@@ -122,6 +123,48 @@ def test_a_study_that_ran_out_leases_again_once_another_process_queues_its_trial
         time.sleep(0.01)
     assert entry.queued
     assert by_study(leases(api, worker, 2)) == {b: 2}  # 2 running by the view's count, against a's 4
+
+
+class NoSteps:
+    """Wake-ups that step nothing: a result's trial stays untold until the test steps it."""
+
+    def wake(self, *study_ids: int, urgent: bool = False) -> None:
+        pass
+
+
+@pytest.fixture
+def unstepped_api(database_url: str) -> Iterator[Api]:
+    yield from make_api(database_url, schedule_interval_s=600)  # its scheduler looks for work once
+
+
+def test_finished_trials_count_as_use_until_their_step_counts_them(unstepped_api: Api) -> None:
+    """A trial that finished is in neither the running trials nor the usage its study's step
+    counts until that step runs (a study with a deep queue holds its step up to
+    step_hold_s): meanwhile it counts like a running one."""
+    api = unstepped_api
+    _, b = team_study(api, "b", "b tune")  # older: wins a tie
+    _, a = team_study(api, "a", "a sweep")
+    api.quiesce()
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    state.db.send_effects_to(state.notifier, NoSteps(), state.shares)
+    refresh(api)
+    worker = api.worker()
+    first = leases(api, worker, 4)
+    assert by_study(first) == {a: 2, b: 2}
+    for lease in first:
+        if int(lease["trial"]["study_id"]) == a:
+            assert api.post_result(worker, lease["token"], RESULT).status_code == 200
+    refresh(api)
+    with state.db.read() as session:
+        team_a = session.get(Study, a).team_id
+    usage = state.shares.pools["default"].teams[team_a]
+    assert (usage.running, usage.untold, usage.decayed_s) == (0, 2, 0.0)
+    # a's two finished trials weigh as b's two running ones: the tie goes to the older study
+    assert by_study(leases(api, worker, 1)) == {b: 1}
+    api.quiesce()  # a's step counts them
+    refresh(api)
+    usage = state.shares.pools["default"].teams[team_a]
+    assert (usage.running, usage.untold) == (0, 0) and usage.decayed_s > 0
 
 
 def test_urgent_leases_first_and_batch_last(api: Api) -> None:

@@ -24,6 +24,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "poll_interval_s": ("0.25", 0.25),
     "schedule_interval_s": ("3", 3.0),
     "step_gap_s": ("0.2", 0.2),
+    "step_hold_s": ("1.5", 1.5),
     "keep_alive_s": ("120", 120.0),
     "max_body_bytes": ("2000000", 2_000_000),
     "auth_failure_limit": ("5", 5),

@@ -1,7 +1,8 @@
 """A study's scheduling steps start at least `step_gap_s` apart, so that the results which
-arrive in between are told in one step; a result hurries its step past the gap when its
-worker found no next lease to take with it, or when another worker long-polls the pool
-meanwhile, on SQLite and Postgres."""
+arrive in between are told in one step; longer, up to `step_hold_s`, while the trials its
+last step left queued would last; a result hurries its step past the pause when its worker
+found no next lease to take with it, or when another worker long-polls the pool meanwhile,
+on SQLite and Postgres."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from fake_worker import result_for
 from helpers import wait_for
 
 from service.notify import Channel
+from service.scheduling.step import StepReport
 
 GAP_S = 5.0
+HOLD_S = 4.0
 
 
 @pytest.fixture
@@ -41,9 +44,16 @@ class Worker:
         return r.json()  # type: ignore[no-any-return]
 
 
-def start_study(api: Api) -> None:
-    doc = study_doc(parallelism=1, budget={"max_trials": 10})
-    assert api.client.post("/v1/studies", json=doc, headers=api.admin).status_code == 201
+def start_study(api: Api, parallelism: int = 1) -> int:
+    doc = study_doc(parallelism=parallelism, budget={"max_trials": 100})
+    r = api.client.post("/v1/studies", json=doc, headers=api.admin)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]  # type: ignore[no-any-return]
+
+
+def created(api: Api, study_id: int) -> int:
+    r = api.client.get(f"/v1/studies/{study_id}", headers=api.admin)
+    return r.json()["progress"]["created"]  # type: ignore[no-any-return]
 
 
 def test_a_step_waits_out_the_gap_unless_a_worker_waits_for_it(gapped: Api) -> None:
@@ -90,3 +100,53 @@ def test_urgency_crosses_to_a_scheduler_process_in_the_channel_name() -> None:
     assert Channel.step_study(Channel.step(7)) == (7, False)
     assert Channel.step_study(Channel.step(7, urgent=True)) == (7, True)
     assert Channel.step(7, urgent=True).startswith(Channel.STEP)  # what the scheduler process follows
+
+
+@pytest.fixture
+def holding(database_url: str) -> Iterator[Api]:
+    yield from make_api(database_url, step_hold_s=HOLD_S)
+
+
+def test_a_study_with_trials_queued_holds_its_next_step_while_they_last(holding: Api) -> None:
+    worker = Worker(holding)
+    study_id = start_study(holding, parallelism=10)
+    first = worker.lease(5)  # its creation's step queued ten trials
+    assert first is not None
+    time.sleep(1.0)  # the study's pace: one result in more than a second
+    worker.report(first, next_lease=False)
+    # its step is not held (the gap since the creation's step is over) and refills the queue:
+    # ten trials waiting, which would last ten seconds at the pace the queue drained (one
+    # lease in more than a second)
+    wait_for(lambda: created(holding, study_id) == 11, 10, "the step after the first result")
+    refilled = time.monotonic()
+    second = worker.lease(1)
+    assert second is not None
+    worker.report(second, next_lease=False)
+    time.sleep(1.5)
+    assert created(holding, study_id) == 11  # held: nine trials are still queued
+    wait_for(lambda: created(holding, study_id) == 12, HOLD_S + 5, "the held step")
+    assert time.monotonic() - refilled >= HOLD_S - 1.0
+
+
+def test_the_pause_after_a_step_is_half_the_time_its_queue_lasts_at_its_pace(holding: Api) -> None:
+    scheduler = holding.client.app.state.paretune.scheduler  # type: ignore[attr-defined]
+    gap = scheduler.gap_s
+    # (seconds since the study's last step here began, trials it left waiting; this step's
+    # results told, trials running and waiting at its start, and waiting once it is done)
+    # -> pause (by hand)
+    cases = [
+        (None, None, 2, 0, 6, 6, gap),  # no earlier step here: no pace known
+        (2.0, 10, 2, 0, 6, 6, 1.5),  # 4 leased in 2 s (more than told): 6 waiting last 3 s
+        (2.0, 10, 6, 0, 6, 6, 1.0),  # 6 told in 2 s: 6 waiting last 2 s
+        (2.0, 6, 0, 0, 6, 6, gap),  # nothing told or leased: no pace known
+        (2.0, 10, 2, 0, 6, 0, gap),  # nothing left waiting
+        (2.0, 10, 2, 8, 6, 6, gap),  # more in flight than waiting: as busy as it may be
+        (2.0, 110, 5, 0, 100, 100, HOLD_S),  # 20 s of queue: at most the hold
+        (0.01, 100, 1, 0, 0, 1, gap),  # a fast pace: at least the gap
+    ]
+    for i, (since, left, told, running, before, waiting, pause) in enumerate(cases):
+        study_id = 10_000 + i
+        if since is not None:
+            scheduler._last[study_id] = (100.0 - since, left)
+        report = StepReport(study_id, accounted=told, running=running, waiting_before=before, waiting=waiting)
+        assert scheduler._pause(study_id, 100.0, report) == pytest.approx(pause), cases[i]
