@@ -58,6 +58,12 @@ def by_study(got: list[dict[str, Any]]) -> Counter[int]:
     return Counter(int(lease["trial"]["study_id"]) for lease in got)
 
 
+def report_those_of(study_id: int, api: Api, worker: tuple[dict[str, str], int], got: list[dict[str, Any]]) -> None:
+    for lease in got:
+        if int(lease["trial"]["study_id"]) == study_id:
+            assert api.post_result(worker, lease["token"], RESULT).status_code == 200
+
+
 def test_equal_weights_alternate_and_weights_three_to_one(api: Api) -> None:
     _, a = team_study(api, "a", "a sweep")
     _, b = team_study(api, "b", "b tune")
@@ -90,9 +96,7 @@ def test_trials_queued_by_another_process_are_leased_by_the_policy(api: Api) -> 
     worker = api.worker()
     first = leases(api, worker, 4)
     assert by_study(first) == {a: 2, b: 2}
-    for lease in first:
-        if int(lease["trial"]["study_id"]) == b:
-            assert api.post_result(worker, lease["token"], RESULT).status_code == 200
+    report_those_of(b, api, worker, first)
     api.quiesce()  # b's step queues two more; the view counts 2 running for each team
     assert by_study(leases(api, worker, 4)) == {a: 2, b: 2}
 
@@ -114,9 +118,7 @@ def test_a_study_that_ran_out_leases_again_once_another_process_queues_its_trial
     assert by_study(leases(api, worker, 2)) == {a: 2}
     entry = state.shares.pools["default"].entries[b]
     assert not entry.queued
-    for lease in first:
-        if int(lease["trial"]["study_id"]) == b:
-            assert api.post_result(worker, lease["token"], RESULT).status_code == 200
+    report_those_of(b, api, worker, first)
     api.quiesce()  # b's step queues two more
     deadline = time.monotonic() + 5
     while not entry.queued and time.monotonic() < deadline:  # the notification crosses the event loop
@@ -151,9 +153,7 @@ def test_finished_trials_count_as_use_until_their_step_counts_them(unstepped_api
     worker = api.worker()
     first = leases(api, worker, 4)
     assert by_study(first) == {a: 2, b: 2}
-    for lease in first:
-        if int(lease["trial"]["study_id"]) == a:
-            assert api.post_result(worker, lease["token"], RESULT).status_code == 200
+    report_those_of(a, api, worker, first)
     refresh(api)
     with state.db.read() as session:
         team_a = session.get(Study, a).team_id
