@@ -87,8 +87,9 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         report.more = len(untold) == TELLS_PER_STEP
     tallies.tell([t for t in untold if t.told])
     pace = (max(1, report.accounted), report.locked_at + ASK_UNTIL_S)
-    report.running, report.waiting_before = tallies.running, max(0, counts_of(study, tallies).waiting)
-    asked, room = _settle_and_refill(session, study, mirror, pace, seqs, tallies)
+    counts = counts_of(study, tallies)
+    report.running, report.waiting_before = counts.running, max(0, counts.waiting)
+    asked, room = _settle_and_refill(session, study, mirror, pace, seqs, tallies, counts)
     report.queued = asked.queued
     report.more = report.more or report.queued < room  # the next step asks for the rest
     # a screen decided after it was deferred changes the study too: other processes'
@@ -209,9 +210,9 @@ def counts_of(study: Study, tallies: Tallies, refused: int = 0, in_a_row: int | 
 
 
 def _settle_and_refill(session: Session, study: Study, mirror: StudyMirror, pace: tuple[int, float],
-                       seqs: Iterator[int], tallies: Tallies) -> tuple[Asked, int]:
-    """(what this step asked and queued, trials the study has room for)."""
-    counts = counts_of(study, tallies)
+                       seqs: Iterator[int], tallies: Tallies, counts: schedule.Counts) -> tuple[Asked, int]:
+    """(what this step asked and queued, trials the study has room for); `counts`: the
+    study's as the step found them once it had accounted for its results."""
     settlement = schedule.settle(counts, study.finish_reason)
     if settlement is not None:
         lifecycle.apply_settlement(session, study, settlement)

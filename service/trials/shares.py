@@ -129,12 +129,16 @@ class PoolShares:
         return ([c.study_id for c in ordered],
                 sorted(sid for sid, e in self.entries.items() if e.candidate.team_id in held) if held else [])
 
+    def usages(self, study_id: int, team_id: int) -> tuple[Usage, Usage]:
+        """The team's and the study's use of the pool (made empty when new)."""
+        return self.teams.setdefault(team_id, Usage()), self.studies.setdefault(study_id, Usage())
+
     def count_lease(self, study_id: int, team_id: int, delta: int) -> None:
-        for usage in (self.teams.setdefault(team_id, Usage()), self.studies.setdefault(study_id, Usage())):
+        for usage in self.usages(study_id, team_id):
             usage.running = max(0, usage.running + delta)
 
     def count_untold(self, study_id: int, team_id: int, count: int) -> None:
-        for usage in (self.teams.setdefault(team_id, Usage()), self.studies.setdefault(study_id, Usage())):
+        for usage in self.usages(study_id, team_id):
             usage.untold += count
 
 
@@ -359,7 +363,7 @@ def _hour_use(now: datetime, hour: datetime, gpu_s: float, half_life_s: float) -
 
 def _count(pool: PoolShares, totals: dict[str, list[float]], team_id: int, study_id: int, decayed_s: float,
            day_s: float, day_trials: int) -> None:
-    for usage in (pool.teams.setdefault(team_id, Usage()), pool.studies.setdefault(study_id, Usage())):
+    for usage in pool.usages(study_id, team_id):
         usage.decayed_s += decayed_s
         usage.day_s += day_s
     totals[pool.name][0] += day_s
@@ -447,15 +451,14 @@ def _queue_query(only: str | None) -> Executable:
     columns = (c.pool, c.study_id, c.state, c.backend, c.requires_energy, c.requires_gpu, Study.team_id,
                Study.priority, Study.weight)
     counted = (select(*columns, func.count().label("n")).join(Study, Study.id == c.study_id).group_by(*columns))
-    running = counted.where(c.state == TrialState.RUNNING.value)
-    untold = counted.where(c.told.is_(False), c.state.in_([s.value for s in TRIAL_REPORTED]))
     first = (select(c.id).where(c.study_id == Study.id, c.state == TrialState.QUEUED.value).order_by(c.number)
              .limit(1).correlate(Study).scalar_subquery())
     queued = (select(*columns, literal(1).label("n")).select_from(Study).join(TRIALS, c.id == first)
               .where(Study.state.in_(UNFINISHED)))
     if only is not None:
-        running, untold, queued = running.where(c.pool == only), untold.where(c.pool == only), queued.where(
-            Study.pool == only)
+        counted, queued = counted.where(c.pool == only), queued.where(Study.pool == only)
+    running = counted.where(c.state == TrialState.RUNNING.value)
+    untold = counted.where(c.told.is_(False), c.state.in_([s.value for s in TRIAL_REPORTED]))
     return union_all(running, untold, queued)
 
 
