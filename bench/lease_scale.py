@@ -11,7 +11,8 @@ asking for the next lease (the agent's way). A first pass of one cycle per study
 takes them in turn) is reported apart: a study's first lease and result in a process read what
 the process then keeps of it (its document, front and baseline). Then `--cycles` more are
 measured. Reported: the median and p99 of that request (report + lease) in both, the
-server's CPU per trial over the measured cycles, and the scheduling steps the server ran in
+server's CPU per trial over the measured cycles (its scheduler process's included, and shown
+apart), and the scheduling steps the server ran in
 them (per trial, and the mean time each held its study's lock, from its /metrics). Flat: p99
 at the largest queue within noise of the smallest.
 """
@@ -36,7 +37,7 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
-from fleet import _stop_on_sigterm, machine, server_cpu_seconds, study_document  # noqa: E402
+from fleet import _stop_on_sigterm, children_cpu_seconds, machine, server_cpu_seconds, study_document  # noqa: E402
 from fleet_clients import objective  # noqa: E402
 from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
 
@@ -89,12 +90,14 @@ def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None
         first_pass = [cycle() for _ in range(studies)]
         steps_before = step_totals(admin)
         cpu_before = server_cpu_seconds(service.process.pid)
+        scheduler_before = children_cpu_seconds(service.process.pid)
         spy = None if profile is None else subprocess.Popen(
             ["py-spy", "record", "--pid", str(service.process.pid), "--rate", "200", "--format", "raw",
              "--output", str(profile / f"lease_scale_{studies}x{parallelism}.txt")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         latencies = [cycle() for _ in range(cycles)]
         cpu = server_cpu_seconds(service.process.pid) - cpu_before
+        scheduler_cpu = children_cpu_seconds(service.process.pid) - scheduler_before
         steps = [after - before for after, before in zip(step_totals(admin), steps_before, strict=True)]
         if spy is not None:  # py-spy writes its profile when interrupted
             spy.send_signal(signal.SIGINT)
@@ -110,6 +113,7 @@ def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None
             "p50_ms": round(float(np.percentile(latencies, 50)), 2),
             "p99_ms": round(float(np.percentile(latencies, 99)), 2),
             "server_cpu_ms_per_trial": round(1000 * cpu / cycles, 2),
+            "scheduler_cpu_ms_per_trial": round(1000 * scheduler_cpu / cycles, 2),  # of it: a scheduler process's
             # the server's own steps (none counted where a scheduler process steps the studies)
             "steps_per_trial": round(steps[0] / cycles, 3),
             "step_mean_ms": round(1000 * steps[1] / max(1.0, steps[0]), 2)}
@@ -141,11 +145,12 @@ def main() -> None:
                         ("--scheduler-process" if args.scheduler_process else "--no-scheduler-process",)))
         print(json.dumps(rows[-1]), flush=True)
     print(f"\n{'studies':>8} {'parallelism':>12} {'queued':>8} {'first pass p50/p99':>19} {'p50 ms':>8} {'p99 ms':>8}"
-          f" {'server ms/trial':>16} {'steps/trial':>12} {'step ms':>8}")
+          f" {'server ms/trial':>16} {'of it scheduler':>16} {'steps/trial':>12} {'step ms':>8}")
     for r in rows:
         first = f"{r['first_pass_p50_ms']}/{r['first_pass_p99_ms']}"
         print(f"{r['studies']:>8} {r['parallelism']:>12} {r['queued']:>8} {first:>19} {r['p50_ms']:>8} "
-              f"{r['p99_ms']:>8} {r['server_cpu_ms_per_trial']:>16} {r['steps_per_trial']:>12} {r['step_mean_ms']:>8}")
+              f"{r['p99_ms']:>8} {r['server_cpu_ms_per_trial']:>16} {r['scheduler_cpu_ms_per_trial']:>16} "
+              f"{r['steps_per_trial']:>12} {r['step_mean_ms']:>8}")
     if args.out:
         args.out.write_text(json.dumps({"date": date.today().isoformat(), "machine": machine(),
                                         "command": "bench/lease_scale.py " + " ".join(sys.argv[1:]),

@@ -84,6 +84,16 @@ def load(usage: Usage, mean_trial_s: float) -> float:
     return usage.decayed_s + (usage.running + usage.untold) * mean_trial_s
 
 
+def team_load(usage: Usage, share: TeamShare, mean_trial_s: float) -> float:
+    """A team's part of the order: its load per unit of its weight."""
+    return load(usage, mean_trial_s) / share.weight
+
+
+def study_load(usage: Usage, weight: float, mean_trial_s: float) -> float:
+    """A study's part of the order within its team: its load per unit of its weight."""
+    return load(usage, mean_trial_s) / weight
+
+
 def order(candidates: Iterable[Candidate], shares: dict[int, TeamShare], teams: dict[int, Usage],
           studies: dict[int, Usage], mean_trial_s: float, first: int | None = None) -> list[Candidate]:
     """The studies in the order they lease: priority class, then the team's load per unit of
@@ -94,9 +104,8 @@ def order(candidates: Iterable[Candidate], shares: dict[int, TeamShare], teams: 
     def key(c: Candidate) -> tuple[int, float, float, int]:
         team = team_loads.get(c.team_id)
         if team is None:
-            team = team_loads[c.team_id] = (load(teams.get(c.team_id, NO_USAGE), mean_trial_s)
-                                            / shares.get(c.team_id, NO_SHARE).weight)
-        study = load(studies.get(c.study_id, NO_USAGE), mean_trial_s) / c.weight
-        return RANK[c.priority], team, study, c.study_id
+            team = team_loads[c.team_id] = team_load(teams.get(c.team_id, NO_USAGE),
+                                                     shares.get(c.team_id, NO_SHARE), mean_trial_s)
+        return RANK[c.priority], team, study_load(studies.get(c.study_id, NO_USAGE), c.weight, mean_trial_s), c.study_id
 
     return sorted(candidates, key=key) if first is None else heapq.nsmallest(first, candidates, key=key)

@@ -18,7 +18,9 @@ one refresh.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import heapq
 import logging
 import threading
 import time
@@ -112,6 +114,7 @@ class PoolShares:
     teams: dict[int, Usage] = field(default_factory=dict)  # team id ->
     studies: dict[int, Usage] = field(default_factory=dict)  # study id ->
     mean_trial_s: float = DEFAULT_TRIAL_S
+    _ranking: Ranking | None = field(default=None, init=False, repr=False)
 
     def share(self, team_id: int) -> TeamShare:
         return self.shares.get(team_id, fairshare.NO_SHARE)
@@ -123,10 +126,9 @@ class PoolShares:
     def order(self, worker: WorkerInfo, first: int | None = None) -> tuple[list[int], list[int]]:
         """The studies `worker` may lease from, in the policy's order (the `first` few when
         given), and those whose team's quota holds them back."""
-        held = {team for team in {e.candidate.team_id for e in self.entries.values()} if self.held_back(team)}
-        fits = [e.candidate for e in self.entries.values() if e.candidate.team_id not in held and e.fits(worker)]
-        ordered = fairshare.order(fits, self.shares, self.teams, self.studies, self.mean_trial_s, first)
-        return ([c.study_id for c in ordered],
+        ranking = self._ranked()
+        held = {team for team in ranking.teams() if self.held_back(team)}
+        return (ranking.head(worker, held, first),
                 sorted(sid for sid, e in self.entries.items() if e.candidate.team_id in held) if held else [])
 
     def usages(self, study_id: int, team_id: int) -> tuple[Usage, Usage]:
@@ -136,10 +138,80 @@ class PoolShares:
     def count_lease(self, study_id: int, team_id: int, delta: int) -> None:
         for usage in self.usages(study_id, team_id):
             usage.running = max(0, usage.running + delta)
+        if self._ranking is not None:
+            self._ranking.moved(study_id)
 
     def count_untold(self, study_id: int, team_id: int, count: int) -> None:
         for usage in self.usages(study_id, team_id):
             usage.untold += count
+        if self._ranking is not None:
+            self._ranking.moved(study_id)
+
+    def study_load(self, study_id: int, entry: Entry) -> float:
+        return fairshare.study_load(self.studies.get(study_id, fairshare.NO_USAGE), entry.candidate.weight,
+                                    self.mean_trial_s)
+
+    def _ranked(self) -> Ranking:
+        """The pool's studies in order within each team, made on the first plan after a
+        refresh (the refresh sets every study's usage first)."""
+        if self._ranking is None:
+            self._ranking = Ranking(self)
+        return self._ranking
+
+
+class Ranking:
+    """A pool's studies kept in the policy's order within each priority class and team (by
+    the study's load per unit of its weight, then its id: fairshare.order's key once the
+    class and the team are set), so that a plan reads the first few studies of each team
+    that fit the worker and orders those, not every study of the pool. A lease counted moves
+    its study within its team's list (two bisections); the teams' loads, which every lease of
+    a team changes, are read on each plan (a pool has a few teams)."""
+
+    def __init__(self, pool: PoolShares) -> None:
+        self.pool = pool
+        self.lists: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)  # (class, team) ->
+        self.keys: dict[int, tuple[float, int]] = {}  # study id -> its key in its list
+        for study_id, entry in pool.entries.items():
+            key = self.keys[study_id] = (pool.study_load(study_id, entry), study_id)
+            self.lists[_group(entry)].append(key)
+        for keys in self.lists.values():
+            keys.sort()
+
+    def teams(self) -> set[int]:
+        return {team for _, team in self.lists}
+
+    def moved(self, study_id: int) -> None:
+        """The study's usage changed: put it in its place."""
+        entry = self.pool.entries.get(study_id)
+        if entry is None:
+            return
+        keys = self.lists[_group(entry)]
+        del keys[bisect.bisect_left(keys, self.keys[study_id])]
+        key = self.keys[study_id] = (self.pool.study_load(study_id, entry), study_id)
+        bisect.insort(keys, key)
+
+    def head(self, worker: WorkerInfo, held: set[int], first: int | None) -> list[int]:
+        """The `first` studies (all when None) that `worker` may lease from, in the policy's
+        order, leaving out the teams `held`."""
+        pool, picked = self.pool, []
+        for (rank, team), keys in self.lists.items():
+            if team in held:
+                continue
+            team_load = fairshare.team_load(pool.teams.get(team, fairshare.NO_USAGE), pool.share(team),
+                                            pool.mean_trial_s)
+            taken = 0
+            for study_load, study_id in keys:
+                if pool.entries[study_id].fits(worker):
+                    picked.append((rank, team_load, study_load, study_id))
+                    taken += 1
+                    if taken == first:
+                        break
+        ordered = sorted(picked) if first is None else heapq.nsmallest(first, picked)
+        return [study_id for *_, study_id in ordered]
+
+
+def _group(entry: Entry) -> tuple[int, int]:
+    return fairshare.RANK[entry.candidate.priority], entry.candidate.team_id
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ import random
 import pytest
 
 from service.trials.fairshare import Candidate, Priority, TeamShare, Usage, decayed, held_back, order
+from service.trials.shares import Entry, PoolShares
+from service.workers.registry import WorkerInfo
 
 A, B, C = 1, 2, 3  # team ids
 
@@ -68,6 +70,43 @@ def test_the_first_few_are_the_head_of_the_whole_order(seed: int) -> None:
     assert ids(order(studies, shares, teams, per_study, mean_trial_s=0.7)) == expected
     for first in (1, 4, len(studies) + 3):
         assert ids(order(studies, shares, teams, per_study, mean_trial_s=0.7, first=first)) == expected[:first]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_pools_plan_follows_the_order_as_leases_come_and_go(seed: int) -> None:
+    """A pool keeps its studies ranked within each team and moves a study as its leases are
+    counted (shares.Ranking): after each of a few hundred leases, ends, quota changes and
+    studies that find their queue empty, its plan must be the head of the whole order
+    computed anew from the same usage."""
+    rng = random.Random(seed)
+    pool = PoolShares("gpu", mean_trial_s=rng.choice([0.3, 1.0]))
+    for team in (A, B, C):
+        pool.shares[team] = TeamShare(weight=rng.choice([1, 2, 3]), max_running=rng.choice([None, 6, 40]))
+        pool.teams[team] = Usage(decayed_s=rng.choice([0, 5, 10.5]))
+    for study in rng.sample(range(1000), rng.randrange(1, 80)):
+        candidate = Candidate(study, rng.choice((A, B, C)), rng.choice(list(Priority)), rng.choice([1.0, 2.0]))
+        pool.entries[study] = Entry(candidate, rng.choice(["triton", "cuda"]), rng.random() < 0.2, True, True)
+        pool.studies[study] = Usage(decayed_s=rng.choice([0, 1, 2.5]))
+    workers = [WorkerInfo(1, 1, "gpu", ("triton",), False, {"gpu": True}),
+               WorkerInfo(2, 1, "gpu", ("triton", "cuda"), True, {"gpu": True})]
+    for _ in range(300):
+        worker = rng.choice(workers)
+        first = rng.choice([1, 4, None])
+        held = {t for t in (A, B, C) if pool.held_back(t)}
+        fits = [e.candidate for e in pool.entries.values() if e.candidate.team_id not in held and e.fits(worker)]
+        expected = ids(order(fits, pool.shares, pool.teams, pool.studies, pool.mean_trial_s, first))
+        assert pool.order(worker, first)[0] == expected
+        study = rng.choice(list(pool.entries))
+        team = pool.entries[study].candidate.team_id
+        move = rng.random()
+        if move < 0.6:
+            pool.count_lease(study, team, +1)
+        elif move < 0.85:
+            pool.count_lease(study, team, -1)
+        elif move < 0.95:
+            pool.entries[study].queued = not pool.entries[study].queued
+        else:
+            pool.count_untold(study, team, 1)
 
 
 def test_usage_halves_every_half_life() -> None:
