@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Executable, Insert, func, literal, select, union_all
+from sqlalchemy import Executable, Insert, bindparam, func, literal, select, union_all
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -364,27 +364,31 @@ def load(session: Session, now: datetime, only: str | None = None,
             pools[name] = PoolShares(name)
         return pools[name]
 
-    for row in session.execute(_pools_query(only)):
-        pool_of(row.name).half_life_s = float(row.usage_half_life_s)
-    for row in session.execute(_teams_query(only)):
-        pool_of(row.pool).shares[row.team_id] = TeamShare(
-            weight=float(row.weight), max_running=row.max_running, gpu_hours_per_day=row.gpu_hours_per_day)
-    for row in session.execute(_queue_query(only)):
+    params = {"only": only}
+    for name, half_life_s in session.execute(_pools_query(only is not None), params).all():
+        pool_of(name).half_life_s = float(half_life_s)
+    for name, team_id, weight, max_running, gpu_hours_per_day in session.execute(
+            _teams_query(only is not None), params).all():
+        pool_of(name).shares[team_id] = TeamShare(weight=float(weight), max_running=max_running,
+                                                  gpu_hours_per_day=gpu_hours_per_day)
+    # a row a study and state, unpacked by position: a refresh reads a row or two per study of the pool
+    rows = session.execute(_queue_query(only is not None), params).all()
+    for name, study_id, state, backend, requires_energy, requires_gpu, team_id, priority, weight, n in rows:
         # a study with trials running stays in the view with none queued: trials its step
         # queues later are counted at once (ShareView.queued)
-        pool = pool_of(row.pool)
-        entry = pool.entries.get(row.study_id)
+        pool = pool_of(name)
+        entry = pool.entries.get(study_id)
         if entry is None:
-            candidate = Candidate(row.study_id, row.team_id, _priority(row.priority), float(row.weight))
-            entry = pool.entries[row.study_id] = Entry(candidate, row.backend, bool(row.requires_energy),
-                                                       bool(row.requires_gpu), False)
-        if row.state == TrialState.RUNNING:
-            pool.count_lease(row.study_id, row.team_id, int(row.n))
-        elif row.state != TrialState.QUEUED:  # finished, not yet counted by the study's step
-            pool.count_untold(row.study_id, row.team_id, int(row.n))
+            candidate = Candidate(study_id, team_id, _priority(priority), float(weight))
+            entry = pool.entries[study_id] = Entry(candidate, backend, bool(requires_energy), bool(requires_gpu),
+                                                   False)
+        if state == TrialState.RUNNING:
+            pool.count_lease(study_id, team_id, int(n))
+        elif state != TrialState.QUEUED:  # finished, not yet counted by the study's step
+            pool.count_untold(study_id, team_id, int(n))
         else:  # what may lease its first queued trial
-            entry.backend, entry.requires_energy, entry.requires_gpu = (
-                row.backend, bool(row.requires_energy), bool(row.requires_gpu))
+            entry.backend, entry.requires_energy, entry.requires_gpu = (backend, bool(requires_energy),
+                                                                         bool(requires_gpu))
             entry.queued = True
     _add_usage(session, pools, now, only, settled)
     teams = {team for pool in pools.values() for team in (*pool.teams, *pool.shares)}
@@ -414,12 +418,16 @@ def _add_usage(session: Session, pools: dict[str, PoolShares], now: datetime, on
             pool = pools.get(summed.pool) or pools.setdefault(summed.pool, PoolShares(summed.pool))
             value = fairshare.decayed(summed.decayed_s, since_summed, pool.half_life_s)
             _count(pool, totals, summed.team_id, summed.study_id, value, summed.day_s, summed.day_trials)
-    query = _usage_query(recent_start, only)
-    for row in session.execute(query):
-        pool = pools.get(row.pool) or pools.setdefault(row.pool, PoolShares(row.pool))
-        value, in_day = _hour_use(now, as_utc(row.hour), float(row.gpu_s), pool.half_life_s)
-        _count(pool, totals, row.team_id, row.study_id, value, float(row.gpu_s) if in_day else 0.0,
-               int(row.trials) if in_day else 0)
+    hour_use: dict[tuple[datetime, float], tuple[float, bool]] = {}  # an hour's decay, once per hour and half-life
+    rows = session.execute(_usage_query(only is not None, end=False), {"start": recent_start, "only": only}).all()
+    for name, team_id, study_id, hour, gpu_s, trials in rows:
+        pool = pools.get(name) or pools.setdefault(name, PoolShares(name))
+        use = hour_use.get((hour, pool.half_life_s))
+        if use is None:
+            use = hour_use[(hour, pool.half_life_s)] = _hour_use(now, as_utc(hour), 1.0, pool.half_life_s)
+        (factor, in_day), gpu_s = use, float(gpu_s)
+        _count(pool, totals, team_id, study_id, gpu_s * factor, gpu_s if in_day else 0.0,
+               int(trials) if in_day else 0)
     for name, (seconds, count) in totals.items():
         if count:
             pools[name].mean_trial_s = max(1e-3, seconds / count)
@@ -442,13 +450,15 @@ def _count(pool: PoolShares, totals: dict[str, list[float]], team_id: int, study
     totals[pool.name][1] += day_trials
 
 
-def _usage_query(start: datetime, only: str | None, end: datetime | None = None) -> Executable:
+@functools.cache
+def _usage_query(only: bool, end: bool) -> Executable:
+    """`pool_usage` from hour `start` (before `end` with `end`; of pool `only` with `only`)."""
     query = (select(PoolUsage.pool, PoolUsage.team_id, PoolUsage.study_id, PoolUsage.hour, PoolUsage.gpu_s,
                     PoolUsage.trials)
-             .where(PoolUsage.hour >= start))
-    if end is not None:
-        query = query.where(PoolUsage.hour < end)
-    return query if only is None else query.where(PoolUsage.pool == only)
+             .where(PoolUsage.hour >= bindparam("start", type_=PoolUsage.hour.type)))
+    if end:
+        query = query.where(PoolUsage.hour < bindparam("end", type_=PoolUsage.hour.type))
+    return query.where(PoolUsage.pool == bindparam("only")) if only else query
 
 
 @dataclass(frozen=True)
@@ -482,14 +492,14 @@ class SettledUsage:
                or (now - self.at).total_seconds() >= SETTLED_S)
         if due:
             sums: dict[tuple[str, int, int], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
-            for row in session.execute(_usage_query(window_start, None, end)):
-                value, in_day = _hour_use(now, as_utc(row.hour), float(row.gpu_s),
-                                          half_lives.get(row.pool, DEFAULT_HALF_LIFE_S))
-                found = sums[(row.pool, row.team_id, row.study_id)]
+            for pool, team_id, study_id, hour, gpu_s, trials in session.execute(
+                    _usage_query(False, end=True), {"start": window_start, "end": end}).all():
+                value, in_day = _hour_use(now, as_utc(hour), float(gpu_s), half_lives.get(pool, DEFAULT_HALF_LIFE_S))
+                found = sums[(pool, team_id, study_id)]
                 found[0] += value
                 if in_day:
-                    found[1] += float(row.gpu_s)
-                    found[2] += int(row.trials)
+                    found[1] += float(gpu_s)
+                    found[2] += int(trials)
             self.rows = [SettledRow(pool, team, study, decayed, day, int(trials))
                          for (pool, team, study), (decayed, day, trials) in sums.items()]
             self.at, self.end, self.half_lives = now, end, dict(half_lives)
@@ -504,17 +514,23 @@ def _priority(value: str | None) -> Priority:
         return Priority.NORMAL
 
 
-def _pools_query(only: str | None) -> Executable:
+# the statements a refresh runs, built once (`only`: of the pool named by parameter `only`)
+
+
+@functools.cache
+def _pools_query(only: bool) -> Executable:
     query = select(Pool.name, Pool.usage_half_life_s)
-    return query if only is None else query.where(Pool.name == only)
+    return query.where(Pool.name == bindparam("only")) if only else query
 
 
-def _teams_query(only: str | None) -> Executable:
+@functools.cache
+def _teams_query(only: bool) -> Executable:
     query = select(PoolTeam.pool, PoolTeam.team_id, PoolTeam.weight, PoolTeam.max_running, PoolTeam.gpu_hours_per_day)
-    return query if only is None else query.where(PoolTeam.pool == only)
+    return query.where(PoolTeam.pool == bindparam("only")) if only else query
 
 
-def _queue_query(only: str | None) -> Executable:
+@functools.cache
+def _queue_query(only: bool) -> Executable:
     """The pool's studies with trials running or finished but not yet counted by their step
     (how many), or queued (what may lease the first of them), read in a time that grows with
     neither queue: running and untold trials are a few per worker, and a study's first
@@ -527,8 +543,8 @@ def _queue_query(only: str | None) -> Executable:
              .limit(1).correlate(Study).scalar_subquery())
     queued = (select(*columns, literal(1).label("n")).select_from(Study).join(TRIALS, c.id == first)
               .where(Study.state.in_(UNFINISHED)))
-    if only is not None:
-        counted, queued = counted.where(c.pool == only), queued.where(Study.pool == only)
+    if only:
+        counted, queued = counted.where(c.pool == bindparam("only")), queued.where(Study.pool == bindparam("only"))
     running = counted.where(c.state == TrialState.RUNNING.value)
     untold = counted.where(c.told.is_(False), c.state.in_([s.value for s in TRIAL_REPORTED]))
     return union_all(running, untold, queued)
