@@ -13,7 +13,9 @@ the process then keeps of it (its document, front and baseline). Then `--cycles`
 measured. Reported: the median and p99 of that request (report + lease) in both, the
 server's CPU per trial over the measured cycles (its scheduler process's included, and shown
 apart), and the scheduling steps the server ran in
-them (per trial, and the mean time each held its study's lock, from its /metrics). Flat: p99
+them (per trial, and the mean time each held its study's lock, from its /metrics); then, the
+service stopped, the median time of the fair-share view's read of the pools on what the shape
+left (each replica reads it every 0.5 s, service.trials.shares). Flat: p99
 at the largest queue within noise of the smallest.
 """
 
@@ -33,13 +35,18 @@ from typing import Any
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the service of this tree (a worktree of another commit runs its own)
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from fleet import _stop_on_sigterm, children_cpu_seconds, machine, server_cpu_seconds, study_document  # noqa: E402
 from fleet_clients import objective  # noqa: E402
 from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
+
+from service.store.models import utcnow  # noqa: E402
+from service.trials.shares import SettledUsage, load  # noqa: E402
 
 TEAMS = ("t1", "t2", "t3", "t4")
 
@@ -47,6 +54,15 @@ TEAMS = ("t1", "t2", "t3", "t4")
 def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None,
         serve_args: tuple[str, ...] = ()) -> dict[str, Any]:
     db_url = create_postgres_database()
+    try:
+        row = run_cycles(db_url, studies, parallelism, cycles, profile, serve_args)
+        return {**row, "view_read_ms": view_read_ms(db_url)}
+    finally:
+        drop_postgres_database(db_url)
+
+
+def run_cycles(db_url: str, studies: int, parallelism: int, cycles: int, profile: Path | None,
+               serve_args: tuple[str, ...]) -> dict[str, Any]:
     service = start_service(db_url, Path(tempfile.mkdtemp(prefix="lease-scale-")), serve_args=serve_args)
     try:
         admin = service.client()
@@ -106,7 +122,6 @@ def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None
             c.close()
     finally:
         service.stop()
-        drop_postgres_database(db_url)
     return {"studies": studies, "parallelism": parallelism, "queued": queued, "cycles": cycles,
             "first_pass_p50_ms": round(float(np.percentile(first_pass, 50)), 2),
             "first_pass_p99_ms": round(float(np.percentile(first_pass, 99)), 2),
@@ -117,6 +132,22 @@ def run(studies: int, parallelism: int, cycles: int, profile: Path | None = None
             # the server's own steps (none counted where a scheduler process steps the studies)
             "steps_per_trial": round(steps[0] / cycles, 3),
             "step_mean_ms": round(1000 * steps[1] / max(1.0, steps[0]), 2)}
+
+
+def view_read_ms(db_url: str, reads: int = 30) -> float:
+    """The median time of the fair-share view's read of the pools (what each replica's refresh
+    does every REFRESH_S) on the database the shape left, the service stopped."""
+    engine = create_engine(db_url)
+    settled, times = SettledUsage(), []
+    try:
+        for _ in range(reads):
+            with Session(engine) as session:
+                started = time.perf_counter()
+                load(session, utcnow(), settled=settled)
+                times.append(time.perf_counter() - started)
+    finally:
+        engine.dispose()
+    return round(1000 * float(np.median(times)), 2)
 
 
 def step_totals(client: Any) -> tuple[float, float]:
@@ -145,12 +176,12 @@ def main() -> None:
                         ("--scheduler-process" if args.scheduler_process else "--no-scheduler-process",)))
         print(json.dumps(rows[-1]), flush=True)
     print(f"\n{'studies':>8} {'parallelism':>12} {'queued':>8} {'first pass p50/p99':>19} {'p50 ms':>8} {'p99 ms':>8}"
-          f" {'server ms/trial':>16} {'of it scheduler':>16} {'steps/trial':>12} {'step ms':>8}")
+          f" {'server ms/trial':>16} {'of it scheduler':>16} {'steps/trial':>12} {'step ms':>8} {'view read ms':>13}")
     for r in rows:
         first = f"{r['first_pass_p50_ms']}/{r['first_pass_p99_ms']}"
         print(f"{r['studies']:>8} {r['parallelism']:>12} {r['queued']:>8} {first:>19} {r['p50_ms']:>8} "
               f"{r['p99_ms']:>8} {r['server_cpu_ms_per_trial']:>16} {r['scheduler_cpu_ms_per_trial']:>16} "
-              f"{r['steps_per_trial']:>12} {r['step_mean_ms']:>8}")
+              f"{r['steps_per_trial']:>12} {r['step_mean_ms']:>8} {r['view_read_ms']:>13}")
     if args.out:
         args.out.write_text(json.dumps({"date": date.today().isoformat(), "machine": machine(),
                                         "command": "bench/lease_scale.py " + " ".join(sys.argv[1:]),
