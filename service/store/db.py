@@ -149,6 +149,18 @@ class Database:
         with self.sessions() as session:
             yield session
 
+    @contextmanager
+    def snapshot(self) -> Iterator[Session]:
+        """A read session whose statements all see the database as it was at the first of
+        them, for reads that must agree with each other: a commit between two shows in
+        neither (Postgres: REPEATABLE READ; SQLite: one read transaction of the WAL)."""
+        with self.sessions() as session:
+            if not self.is_sqlite:
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            elif not isinstance(self.engine.pool, StaticPool):  # one connection every thread shares: none
+                session.execute(text("BEGIN"))
+            yield session
+
     def dispose(self) -> None:
         self._steps.shutdown(wait=True)
         self._jobs.shutdown(wait=True)

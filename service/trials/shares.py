@@ -255,15 +255,21 @@ class ShareView:
             self._thread = None
 
     def _run(self) -> None:
-        assert self.db is not None
         while not self._stop.is_set():
             try:
-                with self.db.read() as session:
-                    self.refresh(session)
+                self.read()
             except Exception:
                 log.exception("refreshing the pools' shares failed; retrying")
             self._wake.wait(self.refresh_s)
             self._wake.clear()
+
+    def read(self) -> None:
+        """Refresh the view now, from one snapshot of the database: a step that commits while
+        the view is read shows whole or not at all, so its trials count once (finished and
+        untold, or in the usage it added), never twice."""
+        assert self.db is not None
+        with self.db.snapshot() as session:
+            self.refresh(session)
 
     def refresh(self, session: Session) -> None:
         with self._lock:

@@ -41,8 +41,7 @@ def refresh(api: Api) -> None:
     assume no refresh between two leases (one could read a lease not yet committed)."""
     state = api.client.app.state.paretune  # type: ignore[attr-defined]
     state.shares.stop()
-    with state.db.read() as session:
-        state.shares.refresh(session)
+    state.shares.read()
 
 
 def leases(api: Api, worker: tuple[dict[str, str], int], n: int) -> list[dict[str, Any]]:
@@ -165,6 +164,38 @@ def test_finished_trials_count_as_use_until_their_step_counts_them(unstepped_api
     refresh(api)
     usage = state.shares.pools["default"].teams[team_a]
     assert (usage.running, usage.untold) == (0, 0) and usage.decayed_s > 0
+
+
+def test_a_step_that_commits_while_the_view_is_read_counts_its_trials_once(
+        unstepped_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The view reads the queue (finished trials no step has counted) and then the usage the
+    steps counted. A step that commits between the two reads must not show in the second
+    only: its trials would count twice, untold and used (a held step counts seconds of
+    results at once, and the study's team would lose its share for a refresh)."""
+    api = unstepped_api
+    _, a = team_study(api, "a", "a sweep")
+    api.quiesce()
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    state.db.send_effects_to(state.notifier, NoSteps(), state.shares)
+    worker = api.worker()
+    report_those_of(a, api, worker, leases(api, worker, 3))
+    read_usage = shares._add_usage
+
+    def step_in_between(*args: Any) -> None:
+        api.quiesce()  # a's step counts the three, and commits
+        read_usage(*args)
+
+    monkeypatch.setattr(shares, "_add_usage", step_in_between)
+    refresh(api)
+    with state.db.read() as session:
+        team_a = session.get(Study, a).team_id
+        assert session.query(Trial).filter_by(study_id=a, told=False, state="completed").count() == 0
+    usage = state.shares.pools["default"].teams[team_a]
+    assert (usage.untold, usage.decayed_s) == (3, 0.0)  # as it was when the read began
+    monkeypatch.setattr(shares, "_add_usage", read_usage)
+    refresh(api)
+    usage = state.shares.pools["default"].teams[team_a]
+    assert usage.untold == 0 and usage.decayed_s > 0
 
 
 def test_urgent_leases_first_and_batch_last(api: Api) -> None:
