@@ -1,7 +1,8 @@
 """Who leases next in each pool, as a replica knows it: the studies with queued trials, the
 operator's team settings and every team's use of the pool, read from the database off the
-request path (`ShareView.refresh`, every REFRESH_S and at once when a study this replica has
-not seen queues trials) and ordered by the policy of service.trials.fairshare on each lease.
+request path in one snapshot (`ShareView.read`, every REFRESH_S and at once when a study this
+replica has not seen queues trials) and ordered by the policy of service.trials.fairshare on
+each lease.
 
 Usage is counted where it is exact: a study's scheduling step, accounting for its finished
 trials once each, adds the GPU-seconds they held their leases (lease to report) to the
@@ -268,13 +269,10 @@ class ShareView:
         the view is read shows whole or not at all, so its trials count once (finished and
         untold, or in the usage it added), never twice."""
         assert self.db is not None
-        with self.db.snapshot() as session:
-            self.refresh(session)
-
-    def refresh(self, session: Session) -> None:
         with self._lock:
             self._noted = set()  # trials queued while the database is read may be missing from it
-        pools = load(session, utcnow(), settled=self.settled)
+        with self.db.snapshot() as session:
+            pools = load(session, utcnow(), settled=self.settled)
         with self._lock:
             self.pools = pools
             self.refreshed_at = time.monotonic()
