@@ -15,7 +15,8 @@ server's CPU per trial over the measured cycles (its scheduler process's include
 apart), and the scheduling steps the server ran in
 them (per trial, and the mean time each held its study's lock, from its /metrics); then, the
 service stopped, the median time of the fair-share view's read of the pools on what the shape
-left (each replica reads it every 0.5 s, service.trials.shares). Flat: p99
+left (each replica reads it every 0.5 s, less often where a read takes longer than 2.5 ms,
+service.trials.shares). Flat: p99
 at the largest queue within noise of the smallest.
 """
 
@@ -136,7 +137,7 @@ def run_cycles(db_url: str, studies: int, parallelism: int, cycles: int, profile
 
 def view_read_ms(db_url: str, reads: int = 30) -> float:
     """The median time of the fair-share view's read of the pools (what each replica's refresh
-    does every REFRESH_S) on the database the shape left, the service stopped."""
+    does every REFRESH_S or more) on the database the shape left, the service stopped."""
     engine = create_engine(db_url)
     settled, times = SettledUsage(), []
     try:

@@ -1,8 +1,8 @@
 """Who leases next in each pool, as a replica knows it: the studies with queued trials, the
 operator's team settings and every team's use of the pool, read from the database off the
-request path in one snapshot (`ShareView.read`, every REFRESH_S and at once when a study this
-replica has not seen queues trials) and ordered by the policy of service.trials.fairshare on
-each lease.
+request path in one snapshot (`ShareView.read`: every REFRESH_S, less often where a read takes
+more than READ_SHARE of that time, and at once when a study this replica has not seen queues
+trials) and ordered by the policy of service.trials.fairshare on each lease.
 
 Usage is counted where it is exact: a study's scheduling step, accounting for its finished
 trials once each, adds the GPU-seconds they held their leases (lease to report) to the
@@ -44,6 +44,10 @@ from service.workers.registry import WorkerInfo
 log = logging.getLogger("paretune.shares")
 
 REFRESH_S = 0.5
+# the largest part of a replica's time its reads of the view may take: a pool of many studies
+# takes longer to read, so it is read less often, and the read's cost per second does not grow
+# with the studies (a request that waits for the GIL behind a read is what it would cost)
+READ_SHARE = 0.005
 MAX_TRIES = 4  # studies a lease tries in the policy's order before the pool's oldest queued trial
 DEFAULT_HALF_LIFE_S = 3600.0
 MAX_WINDOW_S = 30 * 86_400.0  # usage older than this counts for nothing, whatever the half-life
@@ -257,12 +261,17 @@ class ShareView:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 self.read()
             except Exception:
                 log.exception("refreshing the pools' shares failed; retrying")
-            self._wake.wait(self.refresh_s)
+            self._wake.wait(self.interval_s(time.monotonic() - started))
             self._wake.clear()
+
+    def interval_s(self, read_s: float) -> float:
+        """How long after a read that took `read_s` the next one is due."""
+        return max(self.refresh_s, read_s / READ_SHARE)
 
     def read(self) -> None:
         """Refresh the view now, from one snapshot of the database: a step that commits while

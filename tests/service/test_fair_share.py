@@ -363,3 +363,34 @@ def test_pool_settings_are_checked_and_shown_to_each_team(api: Api) -> None:
                         headers=api.headers(token_b))
     assert r.status_code == 422
     assert {e["field"] for e in r.json()["error"]["errors"]} >= {"priority", "weight"}
+
+
+def test_a_view_that_takes_long_to_read_is_read_less_often_but_at_once_for_a_new_study(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool of many studies takes longer to read: the refresh waits in proportion, so that
+    reading the view takes at most READ_SHARE of the replica's time; a study the view has not
+    seen is still read at once."""
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    state.shares.stop()
+    read_s, reads = 0.02, []
+    load = shares.load
+
+    def slow_load(*args: Any, **kwargs: Any) -> dict[str, shares.PoolShares]:
+        reads.append(time.monotonic())
+        time.sleep(read_s)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(shares, "load", slow_load)
+    view = shares.ShareView(state.db, refresh_s=0.01)
+    assert view.interval_s(read_s) == pytest.approx(read_s / shares.READ_SHARE)
+    view.start()
+    try:
+        time.sleep(1.0)
+        assert len(reads) == 1  # at refresh_s alone it would have read about 30 times
+        view.queued([10**9])  # a study it has not seen
+        deadline = time.monotonic() + 2
+        while len(reads) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(reads) == 2 and reads[1] - reads[0] < 1.5
+    finally:
+        view.stop()
