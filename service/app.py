@@ -54,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         db.send_effects_to(notifier, scheduler, state.shares)
         # trials a scheduler process or another replica queued: this replica's lease order has their study lease again
         notifier.on(Channel.QUEUED, lambda channel: state.shares.queued((Channel.queued_study(channel),)))
+        notifier.on(Channel.SHARES, lambda channel: state.shares.read_soon())  # the operator changed a pool
         app.state.paretune = state
         state.shares.start()
         if not settings.scheduler_process:  # else its wake-ups go to the scheduler process

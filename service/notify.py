@@ -37,6 +37,7 @@ class Channel:
     """The names of the notifier's channels."""
 
     STUDIES = "studies"  # the list of studies changed
+    SHARES = "shares"  # the operator changed a pool's settings: every replica reads its share view at once
     POOL, STUDY, STEP, QUEUED = "pool:", "study:", "step:", "queued:"
 
     @staticmethod

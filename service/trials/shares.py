@@ -2,7 +2,7 @@
 operator's team settings and every team's use of the pool, read from the database off the
 request path in one snapshot (`ShareView.read`: every REFRESH_S, less often where a read takes
 more than READ_SHARE of that time, and at once when a study this replica has not seen queues
-trials) and ordered by the policy of service.trials.fairshare on each lease.
+trials or a pool's settings change) and ordered by the policy of service.trials.fairshare on each lease.
 
 Usage is counted where it is exact: a study's scheduling step, accounting for its finished
 trials once each, adds the GPU-seconds they held their leases (lease to report) to the
@@ -287,6 +287,10 @@ class ShareView:
             self.refreshed_at = time.monotonic()
             noted, self._noted = self._noted, None
             self._mark_queued(noted)
+
+    def read_soon(self) -> None:
+        """Read the view now, whenever it was last read (the operator changed a pool's settings)."""
+        self._wake.set()
 
     def queued(self, study_ids: Iterable[int]) -> None:
         """These studies queued trials (after the commit: this process's, or another's

@@ -24,6 +24,8 @@ from service.accounts.tokens import Principal
 from service.api.deps import PrincipalDep, ReadSession, WriteSession
 from service.api.schemas import Utc
 from service.errors import Forbidden, Invalid, NotFound
+from service.notify import Channel
+from service.store.effects import effects
 from service.store.models import ApiToken, Pool, PoolTeam, Team, Worker, utcnow
 from service.trials import fairshare, shares
 from service.trials.fairshare import Priority
@@ -180,6 +182,12 @@ def put_pool(name: PoolName, body: PoolIn, principal: PrincipalDep, session: Wri
         errors = [{"field": f"teams.{team}", "message": f"no team {team!r}: name an existing team "
                                                         "(paretune team list) or leave it out"} for team in unknown]
         raise Invalid("; ".join(e["message"] for e in errors), field=errors[0]["field"], errors=errors)
+    return _pool_out(session, save(session, name, body, teams), principal)
+
+
+def save(session: Session, name: str, body: PoolIn, teams: dict[str, int]) -> Pool:
+    """Replace the pool's settings (`teams`: the team ids of `body.teams`' names); once it
+    commits, every replica reads its lease order anew."""
     row = session.get(Pool, name)
     now = utcnow()
     toolchain = body.toolchain.removeprefix("nvidia-cuda-nvcc==") if body.toolchain else None
@@ -195,7 +203,8 @@ def put_pool(name: PoolName, body: PoolIn, principal: PrincipalDep, session: Wri
     session.flush()
     with _rules_lock:
         _rules.pop((str(session.get_bind().engine.url), name), None)
-    return _pool_out(session, row, principal)
+    effects(session).notify(Channel.SHARES)
+    return row
 
 
 @router.get("/pools", response_model=list[PoolOut])

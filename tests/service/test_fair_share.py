@@ -394,3 +394,27 @@ def test_a_view_that_takes_long_to_read_is_read_less_often_but_at_once_for_a_new
         assert len(reads) == 2 and reads[1] - reads[0] < 1.5
     finally:
         view.stop()
+
+
+def test_a_pools_new_settings_are_read_at_once(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """However long the view waits between reads, the operator's change of a pool's settings
+    has every replica read it at once (through the notifier, once it commits)."""
+    token, a = team_study(api, "a", "a sweep")
+    api.quiesce()
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    state.shares.stop()
+    state.shares = view = shares.ShareView(state.db, refresh_s=600)
+    view.start()
+    try:
+        time.sleep(0.5)  # its first read
+        assert view.reason(a) is None
+        r = api.client.put("/v1/pools/default", json={"teams": {"a": {"max_running": 0}}}, headers=api.admin)
+        assert r.status_code == 200, r.text
+        deadline = time.monotonic() + 5
+        while view.reason(a) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "max_running" in (view.reason(a) or "")
+        study = api.client.get(f"/v1/studies/{a}", headers=api.headers(token)).json()
+        assert "max_running" in study["queued_reason"]
+    finally:
+        view.stop()
