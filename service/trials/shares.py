@@ -46,7 +46,7 @@ log = logging.getLogger("paretune.shares")
 REFRESH_S = 0.5
 # the largest part of a replica's time its reads of the view may take: a pool of many studies
 # takes longer to read, so it is read less often, and the read's cost per second does not grow
-# with the studies (a request that waits for the GIL behind a read is what it would cost)
+# with the studies (a request that arrives during a read waits for the GIL)
 READ_SHARE = 0.005
 MAX_TRIES = 4  # studies a lease tries in the policy's order before the pool's oldest queued trial
 DEFAULT_HALF_LIFE_S = 3600.0
