@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
-from sqlalchemy.orm import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the service of this tree (a worktree of another commit runs its own)
@@ -46,8 +45,8 @@ from fleet import _stop_on_sigterm, children_cpu_seconds, machine, server_cpu_se
 from fleet_clients import objective  # noqa: E402
 from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
 
-from service.store.models import utcnow  # noqa: E402
-from service.trials.shares import SettledUsage, load  # noqa: E402
+from service.store.db import Database  # noqa: E402
+from service.trials.shares import ShareView  # noqa: E402
 
 TEAMS = ("t1", "t2", "t3", "t4")
 
@@ -136,18 +135,17 @@ def run_cycles(db_url: str, studies: int, parallelism: int, cycles: int, profile
 
 
 def view_read_ms(db_url: str, reads: int = 30) -> float:
-    """The median time of the fair-share view's read of the pools (what each replica's refresh
-    does every REFRESH_S or more) on the database the shape left, the service stopped."""
-    engine = create_engine(db_url)
-    settled, times = SettledUsage(), []
+    """The median time of the fair-share view's read of the pools (`ShareView.read`, what each
+    replica does every REFRESH_S or more) on the database the shape left, the service stopped."""
+    db = Database(db_url, pool_size=1)
+    view, times = ShareView(db), []
     try:
         for _ in range(reads):
-            with Session(engine) as session:
-                started = time.perf_counter()
-                load(session, utcnow(), settled=settled)
-                times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            view.read()
+            times.append(time.perf_counter() - started)
     finally:
-        engine.dispose()
+        db.dispose()
     return round(1000 * float(np.median(times)), 2)
 
 

@@ -289,7 +289,8 @@ class ShareView:
             self._mark_queued(noted)
 
     def read_soon(self) -> None:
-        """Read the view now, whenever it was last read (the operator changed a pool's settings)."""
+        """Read the view now, whenever it was last read (a study it has not seen queued trials,
+        or the operator changed a pool's settings)."""
         self._wake.set()
 
     def queued(self, study_ids: Iterable[int]) -> None:
@@ -300,7 +301,7 @@ class ShareView:
                 self._noted.update(study_ids)
             unknown = self._mark_queued(study_ids)
         if unknown:
-            self._wake.set()
+            self.read_soon()
 
     def _mark_queued(self, study_ids: Iterable[int]) -> bool:
         """Whether a study is not in the view (under the lock)."""
