@@ -93,6 +93,8 @@ class Worker(Base):
 
 class Study(Base):
     __tablename__ = "studies"
+    # retention's studies still to prune: finished, in order (service.trials.retention)
+    __table_args__ = (Index("ix_studies_retention", "trials_pruned_at", "finished_at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
@@ -127,6 +129,8 @@ class Study(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # retention deleted the trials it deletes of this finished study (service.trials.retention)
+    trials_pruned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class LeaseColumns:

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 from sqlalchemy import select
+from sqlalchemy.orm import defer
 
 from service.api.deps import PrincipalDep, ReadSession, StateDep, StudyId, WriteSession
 from service.api.schemas import ERROR_RESPONSES
@@ -66,7 +67,9 @@ def list_studies(
     names = [s.value for s in StudyState]
     if state_filter is not None and state_filter not in names:
         raise Invalid(f"unknown state {state_filter!r}; use one of {', '.join(names)}", field="state")
-    stmt = select(Study).where(Study.team_id == principal.team_id).order_by(Study.id.desc()).limit(limit)
+    # a document is parsed once per process (document_of): the list does not read it again
+    stmt = (select(Study).options(defer(Study.document)).where(Study.team_id == principal.team_id)
+            .order_by(Study.id.desc()).limit(limit))
     if state_filter:
         stmt = stmt.where(Study.state == state_filter)
     studies = list(session.execute(stmt).scalars())
