@@ -50,8 +50,10 @@ def _next_study(session: Session, cutoff: datetime, skipped: list[int]) -> int |
     """The finished study past retention that retention is not done with, earliest first."""
     query = (select(Study.id)
              .where(Study.trials_pruned_at.is_(None), Study.finished_at < cutoff,
-                    Study.state.in_([s.value for s in STUDY_FINISHED]), Study.id.not_in(skipped))
+                    Study.state.in_([s.value for s in STUDY_FINISHED]))
              .order_by(Study.trials_pruned_at, Study.finished_at).limit(1))
+    if skipped:
+        query = query.where(Study.id.not_in(skipped))
     if is_postgres(session):
         query = query.with_for_update(skip_locked=True)
     return session.execute(query).scalar()
