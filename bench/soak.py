@@ -10,8 +10,9 @@ a new one created as one finishes. Retention deletes the trials of studies finis
 than --retention-minutes ago (but for their fronts and baselines) while leases go on.
 
 Every minute: trials/s, result latency p50/p99 (each result brings the next lease, so the
-lease is included), the server's RSS, Postgres connections of the database, the trials
-table's and its indexes' sizes, live and dead tuples, autovacuum runs. Flat: the last 10
+lease is included), the server's RSS and CPU seconds (its scheduler process included),
+Postgres connections of the database, the trials table's and its indexes' sizes, live and
+dead tuples, autovacuum runs, and the sequential scans of the hot tables since the start. Flat: the last 10
 minutes' mean RSS and p99 within 10% of minutes 5-15's.
 
 A Postgres server with autovacuum off (a test server may run so) gets it on for the soak's
@@ -105,11 +106,12 @@ def sample(engine: Any, database: str, pid: int) -> dict[str, Any]:
             "trials_mb": round(c.execute(text("select pg_table_size('trials')")).scalar() / 2**20, 1),
             "trials_indexes_mb": round(c.execute(text("select pg_indexes_size('trials')")).scalar() / 2**20, 1),
         }
-        for r in c.execute(text("select relname, n_live_tup, n_dead_tup, autovacuum_count from pg_stat_user_tables "
-                                "where relname = any(:t)"), {"t": list(HOT)}):
+        for r in c.execute(text("select relname, n_live_tup, n_dead_tup, autovacuum_count, seq_scan "
+                                "from pg_stat_user_tables where relname = any(:t)"), {"t": list(HOT)}):
             row[f"{r.relname}_live"] = r.n_live_tup
             row[f"{r.relname}_dead"] = r.n_dead_tup
             row[f"{r.relname}_autovacuums"] = r.autovacuum_count
+            row[f"{r.relname}_seq_scans"] = r.seq_scan  # since the start: flat where nothing reads the whole table
     return row
 
 
@@ -179,10 +181,14 @@ def main() -> None:
                                     "--seconds", str(args.minutes * 60), "--trial-s", str(args.trial_s),
                                     "--out", str(out)])
         samples = []
+        cpu_at = cpu_before
         for minute in range(1, args.minutes + 1):
             time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
+            cpu_now = server_cpu_seconds(service.process.pid)
             samples.append({"minute": minute, **sample(engine, database, service.process.pid),
+                            "server_cpu_s": round(cpu_now - cpu_at, 1),
                             "studies_created": studies.created, "studies_completed": studies.finished})
+            cpu_at = cpu_now
             print(json.dumps(samples[-1]), flush=True)
         clients.wait(timeout=300)
         studies.stop.set()
@@ -211,8 +217,8 @@ def main() -> None:
         "wall_s": round(wall, 1), "flatness": flatness(rows), "minutes": rows,
     }
     args.out.write_text(json.dumps(summary, indent=2))
-    keys = ("minute", "trials_per_s", "result_p50_ms", "result_p99_ms", "rss_mb", "pg_connections", "trials_mb",
-            "trials_indexes_mb", "trials_live", "trials_dead", "trials_autovacuums")
+    keys = ("minute", "trials_per_s", "result_p50_ms", "result_p99_ms", "rss_mb", "server_cpu_s", "pg_connections",
+            "trials_mb", "trials_indexes_mb", "trials_live", "trials_dead", "trials_autovacuums", "trials_seq_scans")
     print("\n" + " ".join(f"{k:>17}" for k in keys))
     for r in rows:
         print(" ".join(f"{r.get(k)!s:>17}" for k in keys))
