@@ -12,8 +12,9 @@ than --retention-minutes ago (but for their fronts and baselines) while leases g
 Every minute: trials/s, result latency p50/p99 (each result brings the next lease, so the
 lease is included), the server's RSS and CPU seconds (its scheduler process included),
 Postgres connections of the database, the trials table's and its indexes' sizes, live and
-dead tuples, autovacuum runs, and the sequential scans of the hot tables since the start. Flat: the last 10
-minutes' mean RSS and p99 within 10% of minutes 5-15's.
+dead tuples, autovacuum runs, the sequential scans of the hot tables since the start, and
+the trials queued and running. Flat: the last 10 minutes' mean RSS and p99 within 10% of
+minutes 5-15's.
 
 A Postgres server with autovacuum off (a test server may run so) gets it on for the soak's
 duration and back off afterwards: a deployment runs with it on (docs/operations.md).
@@ -106,6 +107,9 @@ def sample(engine: Any, database: str, pid: int) -> dict[str, Any]:
             "trials_mb": round(c.execute(text("select pg_table_size('trials')")).scalar() / 2**20, 1),
             "trials_indexes_mb": round(c.execute(text("select pg_indexes_size('trials')")).scalar() / 2**20, 1),
         }
+        for state in ("queued", "running"):  # a shallow queue: workers wait, and steps batch fewer results
+            row[f"trials_{state}"] = c.execute(text("select count(*) from trials where state = :s"),
+                                               {"s": state}).scalar()
         for r in c.execute(text("select relname, n_live_tup, n_dead_tup, autovacuum_count, seq_scan "
                                 "from pg_stat_user_tables where relname = any(:t)"), {"t": list(HOT)}):
             row[f"{r.relname}_live"] = r.n_live_tup
@@ -218,7 +222,8 @@ def main() -> None:
     }
     args.out.write_text(json.dumps(summary, indent=2))
     keys = ("minute", "trials_per_s", "result_p50_ms", "result_p99_ms", "rss_mb", "server_cpu_s", "pg_connections",
-            "trials_mb", "trials_indexes_mb", "trials_live", "trials_dead", "trials_autovacuums", "trials_seq_scans")
+            "trials_mb", "trials_indexes_mb", "trials_live", "trials_dead", "trials_autovacuums", "trials_seq_scans",
+            "trials_queued")
     print("\n" + " ".join(f"{k:>17}" for k in keys))
     for r in rows:
         print(" ".join(f"{r.get(k)!s:>17}" for k in keys))
