@@ -6,14 +6,15 @@ deleted."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
+import pytest
 from artifact_steps import completed_study, good_trials, promote
-from conftest import Api
+from conftest import Api, make_api
 from fake_worker import result_for
 from sqlalchemy import select, update
 
-from service.store.db import is_postgres
 from service.store.models import Study, Trial, utcnow
 from service.trials import retention
 
@@ -63,13 +64,18 @@ def test_old_finished_studies_keep_only_baseline_front_and_candidates(api: Api) 
         assert retention.prune(session, days=7) == 0
 
 
-def test_a_study_is_marked_only_once_the_trials_another_transaction_holds_are_deleted(api: Api) -> None:
+@pytest.fixture
+def postgres_api(postgres_database: str) -> Iterator[Api]:
+    """On Postgres only: SQLite has one writer, so nothing holds a row while retention runs."""
+    yield from make_api(postgres_database)
+
+
+def test_a_study_is_marked_only_once_the_trials_another_transaction_holds_are_deleted(postgres_api: Api) -> None:
+    api = postgres_api
     old, _ = completed_study(api, trials=12)
     state = api.client.app.state.paretune  # type: ignore[attr-defined]
     with state.db.write() as session:
         session.execute(update(Study).where(Study.id == old["id"]).values(finished_at=utcnow() - timedelta(days=10)))
-        if not is_postgres(session):
-            return  # SQLite has one writer: nothing can hold a row while retention runs
         deletable = [t.id for t in _trials(session, old["id"]) if not (t.on_front or t.is_baseline)]
     assert len(deletable) >= 2
     with state.db.write() as holder:  # another replica's transaction holds one of them
