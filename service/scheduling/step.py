@@ -29,7 +29,7 @@ from service.scheduling import feasibility, fronts, promotion
 from service.scheduling.asks import SamplerWaits, SpaceExhausted
 from service.scheduling.mirror import Mirror, MirrorCache, StudyMirror
 from service.store.db import lock_study, next_seq, next_seqs
-from service.store.models import Study, Trial
+from service.store.models import Study, Trial, constant, constants
 from service.studies import document as sd
 from service.studies import lifecycle
 from service.studies.document import document_of
@@ -70,7 +70,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     report = StepReport(study.id, locked_at=time.perf_counter())
     untold = list(session.execute(
         select(Trial).options(*LIGHT).where(Trial.study_id == study.id, Trial.told.is_(False),
-                                            Trial.state.in_([s.value for s in TRIAL_REPORTED]))
+                                            Trial.state.in_(constants(s.value for s in TRIAL_REPORTED)))
         .order_by(Trial.finished_at, Trial.id).limit(TELLS_PER_STEP)
     ).scalars())
     if not untold and study.state in STUDY_FINISHED:
@@ -179,9 +179,10 @@ def _infeasible(state: str, reason: str | None) -> bool:
 
 def read_tallies(session: Session, study: Study, untold: list[Trial]) -> Tallies:
     running, infeasible = session.execute(
-        select(func.count().filter(Trial.state == TrialState.RUNNING.value),
+        select(func.count().filter(Trial.state == constant(TrialState.RUNNING.value)),
                func.count().filter(and_(*queries.infeasible())))
-        .where(Trial.study_id == study.id, Trial.state.in_((TrialState.RUNNING.value, TrialState.FAILED.value)))
+        .where(Trial.study_id == study.id,
+               Trial.state.in_(constants((TrialState.RUNNING.value, TrialState.FAILED.value))))
     ).one()
     latest: list[tuple[int, str, str | None, bool]] = []
     if infeasible or any(_infeasible(t.state, t.failure_reason) for t in untold):
@@ -325,7 +326,7 @@ def _refuse(session: Session, study: Study, mirror: StudyMirror, trial: Trial, o
 def pending_studies(session: Session, limit: int = 1000) -> list[int]:
     """Studies with work for their step: untold finished trials, or room for more trials."""
     untold = select(Trial.study_id).where(
-        Trial.told.is_(False), Trial.state.in_([s.value for s in TRIAL_REPORTED])
+        Trial.told.is_(False), Trial.state.in_(constants(s.value for s in TRIAL_REPORTED))
     ).distinct()
     active = Study.n_created - Study.n_completed - Study.n_failed - Study.n_cancelled - Study.n_screened_out
     # infeasible trials (among the failed) may not count against max_trials: a study has room

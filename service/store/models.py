@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -20,9 +21,12 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    literal_column,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
 # JSONB on Postgres (indexable, compact), plain JSON text on SQLite.
 Json = JSON().with_variant(JSONB(), "postgresql")
@@ -154,10 +158,30 @@ class LeaseColumns:
         return mapped_column(ForeignKey("workers.id"), nullable=True)
 
 
+def constant(value: str) -> ColumnElement[str]:
+    """A state's name written into a statement's text rather than passed as a parameter."""
+    if not value.isidentifier():
+        raise ValueError(f"not a state's name: {value!r}")
+    return literal_column(f"'{value}'", String)
+
+
+def constants(values: Iterable[str]) -> list[ColumnElement[str]]:
+    return [constant(value) for value in sorted(values)]
+
+
+def queued_only(*columns: str, name: str) -> Index:
+    """An index of the queued rows alone. A statement reads it only where it names the state
+    as a constant (`constant`), never as a parameter: a prepared statement's
+    generic plan then still knows that it looks for the few queued rows, and each row enters
+    the index once, when it is queued, instead of at every update."""
+    queued = text("state = 'queued'")
+    return Index(name, *columns, postgresql_where=queued, sqlite_where=queued)
+
+
 def queue_indexes(table: str) -> tuple[Index, Index]:
     """The indexes of a work kind's table: its queue (a pool's oldest queued unit) and its
     expiry (running units by lease expiry)."""
-    return (Index(f"ix_{table}_queue", "pool", "state", "id"),
+    return (queued_only("pool", "id", name=f"ix_{table}_queue"),
             Index(f"ix_{table}_expiry", "state", "lease_expires_at"))
 
 
@@ -176,6 +200,7 @@ class Trial(LeaseColumns, Base):
         Index("ix_trials_study_completed", "study_id", "completed_index"),  # the hypervolume's history
         Index("ix_trials_study_front", "study_id", "on_front", "number"),  # the front in order, without a scan
         Index("ix_trials_study_state_number", "study_id", "state", "number"),
+        queued_only("study_id", "number", name="ix_trials_study_queue"),  # a study's first queued trial
         # the untold trials of a study, and studies with untold trials (a study's step, the
         # scheduler's scan): every equality of their queries, so that SQLite, which has no
         # statistics, does not read a study's finished trials through (study_id, state) instead

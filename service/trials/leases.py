@@ -46,6 +46,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     func,
+    literal_column,
     null,
     select,
     text,
@@ -56,7 +57,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.errors import Conflict
 from service.store.db import is_postgres, next_seqs
-from service.store.models import JsonParam, as_utc, utcnow
+from service.store.models import JsonParam, as_utc, constant, utcnow
 from service.store.storable import storable_text
 from service.trials.empty import QueueKey
 from service.trials.kinds import Held, WorkKind
@@ -229,7 +230,7 @@ class LeaseQueue:
     def _expire(self, session: Session, kind: WorkKind, limit: int) -> None:
         c = kind.table.c
         stmt = (select(c.id, c.attempt, c.max_attempts, c.pool, *kind.expiry_columns())
-                .where(c.state == RUNNING, c.lease_expires_at < utcnow())
+                .where(c.state == constant(RUNNING), c.lease_expires_at < utcnow())
                 .order_by(c.lease_expires_at).limit(limit))
         if is_postgres(session):
             stmt = stmt.with_for_update(skip_locked=True, of=kind.table)
@@ -289,10 +290,13 @@ class By(enum.Enum):
 @functools.cache
 def _lease_statement(kind: WorkKind, postgres: bool, energy: bool, gpu: bool, by: By = By.POOL) -> Update:
     c = kind.table.c
+    # the state and the limit in the text: whatever plan a prepared statement settles on
+    # reads the queue's index of queued units alone (models.queued_only), not a study's
+    # every trial up to its first queued one
     candidate = (
         select(c.id)
-        .where(c.pool == bindparam("w_pool"), c.state == QUEUED, _one_of(c.backend, "w_backends", postgres))
-        .limit(1)
+        .where(c.pool == bindparam("w_pool"), c.state == constant(QUEUED), _one_of(c.backend, "w_backends", postgres))
+        .limit(literal_column("1"))
     )
     if by == By.STUDY:
         candidate = candidate.where(c.study_id == bindparam("w_study")).order_by(c.number)

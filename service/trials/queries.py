@@ -17,7 +17,7 @@ from sqlalchemy.orm import QueryableAttribute, Session, defer
 from service.domain.states import TrialState
 from service.errors import Invalid
 from service.store.db import is_postgres
-from service.store.models import Study, Trial
+from service.store.models import Study, Trial, constant
 from service.studies.document import document_of
 
 MAX_CURSOR_CHARS = 512
@@ -28,7 +28,8 @@ LIGHT = (defer(Trial.log), defer(Trial.metrics), defer(Trial.correctness), defer
 
 def infeasible() -> tuple[Any, ...]:
     """Accounted trials that failed because their configuration cannot launch."""
-    return (Trial.state == TrialState.FAILED.value, Trial.failure_reason == "infeasible", Trial.told.is_(True))
+    return (Trial.state == constant(TrialState.FAILED.value), Trial.failure_reason == constant("infeasible"),
+            Trial.told.is_(True))
 
 
 def infeasible_counts(session: Session, study_ids: Sequence[int]) -> dict[int, int]:

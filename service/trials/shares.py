@@ -30,13 +30,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Executable, Insert, bindparam, func, literal, select, union_all
+from sqlalchemy import Executable, Insert, bindparam, func, literal, literal_column, select, union_all
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from service.domain.states import STUDY_FINISHED, TRIAL_REPORTED, StudyState, TrialState
 from service.store.db import Database, is_postgres
-from service.store.models import TRIALS, Pool, PoolTeam, PoolUsage, Study, Team, Trial, as_utc, utcnow
+from service.store.models import (
+    TRIALS,
+    Pool,
+    PoolTeam,
+    PoolUsage,
+    Study,
+    Team,
+    Trial,
+    as_utc,
+    constant,
+    constants,
+    utcnow,
+)
 from service.trials import fairshare
 from service.trials.fairshare import Candidate, Priority, TeamShare, Usage
 from service.workers.registry import WorkerInfo
@@ -557,14 +569,14 @@ def _queue_query(only: bool) -> Executable:
     columns = (c.pool, c.study_id, c.state, c.backend, c.requires_energy, c.requires_gpu, Study.team_id,
                Study.priority, Study.weight)
     counted = (select(*columns, func.count().label("n")).join(Study, Study.id == c.study_id).group_by(*columns))
-    first = (select(c.id).where(c.study_id == Study.id, c.state == TrialState.QUEUED.value).order_by(c.number)
-             .limit(1).correlate(Study).scalar_subquery())
+    first = (select(c.id).where(c.study_id == Study.id, c.state == constant(TrialState.QUEUED.value))
+             .order_by(c.number).limit(literal_column("1")).correlate(Study).scalar_subquery())
     queued = (select(*columns, literal(1).label("n")).select_from(Study).join(TRIALS, c.id == first)
               .where(Study.state.in_(UNFINISHED)))
     if only:
         counted, queued = counted.where(c.pool == bindparam("only")), queued.where(Study.pool == bindparam("only"))
-    running = counted.where(c.state == TrialState.RUNNING.value)
-    untold = counted.where(c.told.is_(False), c.state.in_([s.value for s in TRIAL_REPORTED]))
+    running = counted.where(c.state == constant(TrialState.RUNNING.value))
+    untold = counted.where(c.told.is_(False), c.state.in_(constants(s.value for s in TRIAL_REPORTED)))
     return union_all(running, untold, queued)
 
 

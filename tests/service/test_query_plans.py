@@ -4,13 +4,21 @@ plans are read from SQLite itself for the statements the service sends."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from conftest import Api, sent_statements
+import pytest
+from conftest import Api, make_api, sent_statements
 from fake_worker import result_for
+from psycopg import sql
+from sqlalchemy import insert
+from sqlalchemy.dialects import postgresql
 
 from service.scheduling.step import pending_studies
+from service.store.models import Trial, utcnow
+from service.trials.leases import By, _lease_statement
 
 
 def plans(api: Api, call: Callable[[], Any]) -> list[tuple[str, str]]:
@@ -64,3 +72,121 @@ def test_opening_a_study_reads_no_trial_it_does_not_show(sqlite_api: Api) -> Non
         assert "SCAN trials" not in plan and (narrowed or paged), (statement, plan)
     points = [plan for statement, plan in sent if "json_group_array" in statement]
     assert points and all("COVERING INDEX ix_trials_study_seq" in plan for plan in points)
+
+
+@pytest.fixture
+def postgres_api(postgres_database: str) -> Iterator[Api]:
+    yield from make_api(postgres_database)
+
+
+@pytest.mark.parametrize("by", list(By))
+def test_the_lease_reads_the_queued_trials_alone_whatever_plan_its_prepared_statement_settles_on(
+        postgres_api: Api, by: By) -> None:
+    """A prepared statement runs on a generic plan once Postgres finds it no costlier than
+    the custom ones, and which plan that is turns with the table's statistics. With the state
+    a parameter, one such plan read a study's trials in number order up to its first queued
+    one, at every lease. With it a constant, every plan reads the index of queued trials."""
+    api = postgres_api
+    study = api.create_study(parallelism=4)
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    with state.db.write() as session:  # a study well on: 3,000 trials done, three queued
+        session.execute(insert(Trial), [
+            {"study_id": study["id"], "number": 10 + n, "stage": "full", "seq": 10 + n, "pool": "default",
+             "backend": "python", "requires_energy": False, "requires_gpu": False, "attempt": 1, "max_attempts": 3,
+             "config": {"x": n / 3003, "y": 1 + n % 10},
+             **({"state": "completed", "told": True, "values": {"f1": n / 3003, "f2": 1 - n / 3003}}
+                if n < 3000 else {"state": "queued"})}
+            for n in range(3003)])
+    kind = state.queue.kinds["trial"]
+    statement = _lease_statement(kind, True, False, False, by)
+    compiled = statement.compile(dialect=postgresql.psycopg.dialect(paramstyle="numeric_dollar"))
+    values = {"w_pool": "default", "w_backends": ["python"], "w_study": study["id"], "w_held": [0],
+              "v_worker_id": None, "v_prefix": "trial.0.", "v_secret": ".x", "v_now": utcnow(),
+              "v_lease_expires_at": utcnow()}
+    parameters = [values.get(name, compiled.params[name]) for name in compiled.positiontup or ()]
+    with state.db.engine.connect() as conn:
+        conn.exec_driver_sql("ANALYZE trials")
+        queued = conn.exec_driver_sql("SELECT count(*) FROM trials WHERE state = 'queued'").scalar_one()
+        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql(f"PREPARE lease AS {compiled}")
+        dbapi = conn.connection.driver_connection
+        arguments = ", ".join(sql.Literal(value).as_string(dbapi) for value in parameters)
+        plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lease({arguments})").scalar_one()
+        conn.rollback()
+    scans = [node for node in _nodes(plan[0]["Plan"]) if node.get("Relation Name") == "trials"
+             and node["Node Type"] != "ModifyTable"]
+    candidate = next(node for node in scans if node.get("Index Name") != "trials_pkey")
+    # the index, or its condition, holds queued trials alone: the scan reads no other
+    assert candidate.get("Index Name") in ("ix_trials_study_queue", "ix_trials_queue") or (
+        "'queued'" in candidate.get("Index Cond", "")), scans
+    assert candidate["Actual Rows"] <= queued < 10 and candidate.get("Rows Removed by Filter", 0) == 0, candidate
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _nodes(child)
+
+
+def test_no_statement_of_a_lease_a_result_or_a_step_reads_the_finished_trials_on_a_generic_plan(
+        postgres_api: Api) -> None:
+    """Each statement that a worker's round (lease, result with its next lease) and a step
+    send about trials, prepared and run on a generic plan as Postgres may settle on one,
+    reads the few trials it is about, not a study's 3,000 finished ones."""
+    api = postgres_api
+    study = api.create_study(budget={"max_trials": 5000}, parallelism=4)
+    state = api.client.app.state.paretune  # type: ignore[attr-defined]
+    _finished_trials(state, study["id"], 3000)
+    state.scheduler.step_now(study["id"], wait=True)  # its mirror has read them
+    engine = state.db.engine
+    with sent_statements(engine) as sent:
+        assert api.run_worker(api.worker(), result_for, limit=6, next_lease=True) == 6
+        state.scheduler.step_now(study["id"], wait=True)
+    about_trials = [(statement, parameters[0] if isinstance(parameters, list) else parameters)
+                    for statement, parameters in sent
+                    if statement.lstrip().upper().startswith(("SELECT", "UPDATE")) and "trials" in statement]
+    assert len(about_trials) >= 6
+    read = {statement: _rows_read(engine, statement, parameters) for statement, parameters in about_trials}
+    assert all(rows < 300 for rows in read.values()), {s[:160]: rows for s, rows in read.items() if rows >= 300}
+
+
+def _finished_trials(state: Any, study_id: int, count: int) -> None:
+    with state.db.write() as session:
+        session.execute(insert(Trial), [
+            {"study_id": study_id, "number": 1000 + n, "stage": "full", "seq": 1000 + n, "pool": "default",
+             "backend": "python", "requires_energy": False, "requires_gpu": False, "attempt": 1, "max_attempts": 3,
+             "config": {"x": n / count, "y": 1 + n % 10}, "state": "completed", "told": True,
+             "values": {"f1": n / count, "f2": 1 - n / count}}
+            for n in range(count)])
+    with state.db.engine.connect() as conn:
+        conn.exec_driver_sql("ANALYZE trials")
+        conn.commit()
+
+
+PROBES = itertools.count()
+
+
+def _rows_read(engine: Any, statement: str, parameters: dict[str, Any]) -> int:
+    """The trials rows a statement's generic plan reads (returned or filtered out), run and
+    rolled back."""
+    names: list[str] = []
+
+    def placeholder(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    prepared = re.sub(r"%\((\w+)\)s", placeholder, statement).replace("%%", "%")
+    parameters = {**parameters, **({"v_secret": ".replayed"} if "v_secret" in parameters else {})}  # a lease's
+    with engine.connect() as conn:
+        dbapi = conn.connection.driver_connection
+        arguments = ", ".join(sql.Literal(parameters[name]).as_string(dbapi) for name in names)
+        conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+        name = f"probe_{next(PROBES)}"  # a prepared statement outlives its transaction
+        conn.exec_driver_sql(f"PREPARE {name} AS {prepared}")
+        execute = f"EXECUTE {name}({arguments})" if names else f"EXECUTE {name}"
+        plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {execute}").scalar_one()
+        conn.rollback()
+    return sum(int(node["Actual Rows"] * node["Actual Loops"] + node.get("Rows Removed by Filter", 0))
+               for node in _nodes(plan[0]["Plan"])
+               if node.get("Relation Name") == "trials" and node["Node Type"] != "ModifyTable")
