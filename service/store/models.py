@@ -159,21 +159,24 @@ class LeaseColumns:
 
 
 def constant(value: str) -> ColumnElement[str]:
-    """A state's name written into a statement's text rather than passed as a parameter."""
+    """A name (a state, a failure reason) written into a statement's text rather than passed
+    as a parameter. Postgres runs a prepared statement on a generic plan once that looks no
+    costlier than planning it each time; a generic plan knows a constant's share of the rows
+    (few queued, many completed) and can read a partial index (`queued_only`), where with a
+    parameter it guesses, and its guess turns with each ANALYZE."""
     if not value.isidentifier():
-        raise ValueError(f"not a state's name: {value!r}")
+        raise ValueError(f"not a name: {value!r}")
     return literal_column(f"'{value}'", String)
 
 
 def constants(values: Iterable[str]) -> list[ColumnElement[str]]:
+    """`constant` of each, in an order that keeps the statement's text the same."""
     return [constant(value) for value in sorted(values)]
 
 
 def queued_only(*columns: str, name: str) -> Index:
-    """An index of the queued rows alone. A statement reads it only where it names the state
-    as a constant (`constant`), never as a parameter: a prepared statement's
-    generic plan then still knows that it looks for the few queued rows, and each row enters
-    the index once, when it is queued, instead of at every update."""
+    """An index of the queued rows alone, read by statements that name the state `constant`ly.
+    A row enters it once, when it is queued, not at each of its updates."""
     queued = text("state = 'queued'")
     return Index(name, *columns, postgresql_where=queued, sqlite_where=queued)
 

@@ -13,11 +13,11 @@ import pytest
 from conftest import Api, make_api, sent_statements
 from fake_worker import result_for
 from psycopg import sql
-from sqlalchemy import insert
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import func, insert, select
 
 from service.scheduling.step import pending_studies
 from service.store.models import Trial, utcnow
+from service.trials import shares
 from service.trials.leases import By, _lease_statement
 
 
@@ -89,31 +89,16 @@ def test_the_lease_reads_the_queued_trials_alone_whatever_plan_its_prepared_stat
     api = postgres_api
     study = api.create_study(parallelism=4)
     state = api.client.app.state.paretune  # type: ignore[attr-defined]
-    with state.db.write() as session:  # a study well on: 3,000 trials done, three queued
-        session.execute(insert(Trial), [
-            {"study_id": study["id"], "number": 10 + n, "stage": "full", "seq": 10 + n, "pool": "default",
-             "backend": "python", "requires_energy": False, "requires_gpu": False, "attempt": 1, "max_attempts": 3,
-             "config": {"x": n / 3003, "y": 1 + n % 10},
-             **({"state": "completed", "told": True, "values": {"f1": n / 3003, "f2": 1 - n / 3003}}
-                if n < 3000 else {"state": "queued"})}
-            for n in range(3003)])
-    kind = state.queue.kinds["trial"]
-    statement = _lease_statement(kind, True, False, False, by)
-    compiled = statement.compile(dialect=postgresql.psycopg.dialect(paramstyle="numeric_dollar"))
-    values = {"w_pool": "default", "w_backends": ["python"], "w_study": study["id"], "w_held": [0],
-              "v_worker_id": None, "v_prefix": "trial.0.", "v_secret": ".x", "v_now": utcnow(),
-              "v_lease_expires_at": utcnow()}
-    parameters = [values.get(name, compiled.params[name]) for name in compiled.positiontup or ()]
-    with state.db.engine.connect() as conn:
-        conn.exec_driver_sql("ANALYZE trials")
-        queued = conn.exec_driver_sql("SELECT count(*) FROM trials WHERE state = 'queued'").scalar_one()
-        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
-        conn.exec_driver_sql(f"PREPARE lease AS {compiled}")
-        dbapi = conn.connection.driver_connection
-        arguments = ", ".join(sql.Literal(value).as_string(dbapi) for value in parameters)
-        plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lease({arguments})").scalar_one()
-        conn.rollback()
-    scans = [node for node in _nodes(plan[0]["Plan"]) if node.get("Relation Name") == "trials"
+    _finished_trials(state, study["id"], 3000, queued=3)
+    compiled = _lease_statement(state.queue.kinds["trial"], True, False, False, by).compile(
+        dialect=state.db.engine.dialect)
+    parameters = {**compiled.params, "w_pool": "default", "w_backends": ["python"], "w_study": study["id"],
+                  "w_held": [0], "v_worker_id": None, "v_prefix": "trial.0.", "v_now": utcnow(),
+                  "v_lease_expires_at": utcnow()}
+    plan = _generic_plan(state.db.engine, str(compiled), parameters)
+    with state.db.read() as session:
+        queued = session.scalar(select(func.count()).where(Trial.state == "queued"))
+    scans = [node for node in _nodes(plan) if node.get("Relation Name") == "trials"
              and node["Node Type"] != "ModifyTable"]
     candidate = next(node for node in scans if node.get("Index Name") != "trials_pkey")
     # the index, or its condition, holds queued trials alone: the scan reads no other
@@ -130,7 +115,8 @@ def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def test_no_statement_of_a_lease_a_result_or_a_step_reads_the_finished_trials_on_a_generic_plan(
         postgres_api: Api) -> None:
-    """Each statement that a worker's round (lease, result with its next lease) and a step
+    """Each statement that a worker's round (lease, result with its next lease), a step, and
+    the upkeeps beside them (the share view, the scan for studies with work, lease expiry)
     send about trials, prepared and run on a generic plan as Postgres may settle on one,
     reads the few trials it is about, not a study's 3,000 finished ones."""
     api = postgres_api
@@ -142,6 +128,10 @@ def test_no_statement_of_a_lease_a_result_or_a_step_reads_the_finished_trials_on
     with sent_statements(engine) as sent:
         assert api.run_worker(api.worker(), result_for, limit=6, next_lease=True) == 6
         state.scheduler.step_now(study["id"], wait=True)
+        with state.db.write() as session:
+            shares.load(session, utcnow())
+            pending_studies(session)
+            state.queue.expire(session)
     about_trials = [(statement, parameters[0] if isinstance(parameters, list) else parameters)
                     for statement, parameters in sent
                     if statement.lstrip().upper().startswith(("SELECT", "UPDATE")) and "trials" in statement]
@@ -150,14 +140,16 @@ def test_no_statement_of_a_lease_a_result_or_a_step_reads_the_finished_trials_on
     assert all(rows < 300 for rows in read.values()), {s[:160]: rows for s, rows in read.items() if rows >= 300}
 
 
-def _finished_trials(state: Any, study_id: int, count: int) -> None:
+def _finished_trials(state: Any, study_id: int, count: int, queued: int = 0) -> None:
+    """`count` accounted trials of the study and `queued` trials after them, then ANALYZE."""
     with state.db.write() as session:
         session.execute(insert(Trial), [
             {"study_id": study_id, "number": 1000 + n, "stage": "full", "seq": 1000 + n, "pool": "default",
              "backend": "python", "requires_energy": False, "requires_gpu": False, "attempt": 1, "max_attempts": 3,
-             "config": {"x": n / count, "y": 1 + n % 10}, "state": "completed", "told": True,
-             "values": {"f1": n / count, "f2": 1 - n / count}}
-            for n in range(count)])
+             "config": {"x": n / count, "y": 1 + n % 10},
+             **({"state": "completed", "told": True, "values": {"f1": n / count, "f2": 1 - n / count}}
+                if n < count else {"state": "queued"})}
+            for n in range(count + queued)])
     with state.db.engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE trials")
         conn.commit()
@@ -167,8 +159,15 @@ PROBES = itertools.count()
 
 
 def _rows_read(engine: Any, statement: str, parameters: dict[str, Any]) -> int:
-    """The trials rows a statement's generic plan reads (returned or filtered out), run and
-    rolled back."""
+    """The trials rows a statement's generic plan reads (returned or filtered out)."""
+    return sum(int(node["Actual Rows"] * node["Actual Loops"] + node.get("Rows Removed by Filter", 0))
+               for node in _nodes(_generic_plan(engine, statement, parameters))
+               if node.get("Relation Name") == "trials" and node["Node Type"] != "ModifyTable")
+
+
+def _generic_plan(engine: Any, statement: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A statement as the service sends it (psycopg's `%(name)s` parameters), prepared, run
+    on a generic plan and rolled back: its plan with what each node read."""
     names: list[str] = []
 
     def placeholder(match: re.Match[str]) -> str:
@@ -177,7 +176,8 @@ def _rows_read(engine: Any, statement: str, parameters: dict[str, Any]) -> int:
         return f"${names.index(match.group(1)) + 1}"
 
     prepared = re.sub(r"%\((\w+)\)s", placeholder, statement).replace("%%", "%")
-    parameters = {**parameters, **({"v_secret": ".replayed"} if "v_secret" in parameters else {})}  # a lease's
+    if "v_secret" in parameters:  # a lease run again takes a token of its own
+        parameters = {**parameters, "v_secret": ".replayed"}
     with engine.connect() as conn:
         dbapi = conn.connection.driver_connection
         arguments = ", ".join(sql.Literal(parameters[name]).as_string(dbapi) for name in names)
@@ -187,6 +187,4 @@ def _rows_read(engine: Any, statement: str, parameters: dict[str, Any]) -> int:
         execute = f"EXECUTE {name}({arguments})" if names else f"EXECUTE {name}"
         plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {execute}").scalar_one()
         conn.rollback()
-    return sum(int(node["Actual Rows"] * node["Actual Loops"] + node.get("Rows Removed by Filter", 0))
-               for node in _nodes(plan[0]["Plan"])
-               if node.get("Relation Name") == "trials" and node["Node Type"] != "ModifyTable")
+    return plan[0]["Plan"]  # type: ignore[no-any-return]
