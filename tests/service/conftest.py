@@ -157,6 +157,13 @@ def sqlite_api(tmp_path: Path) -> Iterator[Api]:
 
 
 @pytest.fixture
+def postgres_api(postgres_database: str) -> Iterator[Api]:
+    """The app on Postgres only, for what only Postgres does (rows held by other
+    transactions, prepared statements' plans)."""
+    yield from make_api(postgres_database)
+
+
+@pytest.fixture
 def fast_expiry_api(database_url: str) -> Iterator[Api]:
     yield from make_api(database_url, lease_s=0.6, reaper_interval_s=0.2)
 

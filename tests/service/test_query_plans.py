@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import Api, make_api, sent_statements
+from conftest import Api, sent_statements
 from fake_worker import result_for
 from psycopg import sql
 from sqlalchemy import func, insert, select
@@ -74,11 +74,6 @@ def test_opening_a_study_reads_no_trial_it_does_not_show(sqlite_api: Api) -> Non
     assert points and all("COVERING INDEX ix_trials_study_seq" in plan for plan in points)
 
 
-@pytest.fixture
-def postgres_api(postgres_database: str) -> Iterator[Api]:
-    yield from make_api(postgres_database)
-
-
 @pytest.mark.parametrize("by", list(By))
 def test_the_lease_reads_the_queued_trials_alone_whatever_plan_its_prepared_statement_settles_on(
         postgres_api: Api, by: By) -> None:
@@ -98,13 +93,18 @@ def test_the_lease_reads_the_queued_trials_alone_whatever_plan_its_prepared_stat
     plan = _generic_plan(state.db.engine, str(compiled), parameters)
     with state.db.read() as session:
         queued = session.scalar(select(func.count()).where(Trial.state == "queued"))
-    scans = [node for node in _nodes(plan) if node.get("Relation Name") == "trials"
-             and node["Node Type"] != "ModifyTable"]
+    scans = _trial_scans(plan)
     candidate = next(node for node in scans if node.get("Index Name") != "trials_pkey")
     # the index, or its condition, holds queued trials alone: the scan reads no other
     assert candidate.get("Index Name") in ("ix_trials_study_queue", "ix_trials_queue") or (
         "'queued'" in candidate.get("Index Cond", "")), scans
     assert candidate["Actual Rows"] <= queued < 10 and candidate.get("Rows Removed by Filter", 0) == 0, candidate
+
+
+def _trial_scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's nodes that read rows of trials (not the update that writes them)."""
+    return [node for node in _nodes(plan) if node.get("Relation Name") == "trials"
+            and node["Node Type"] != "ModifyTable"]
 
 
 def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -161,8 +161,7 @@ PROBES = itertools.count()
 def _rows_read(engine: Any, statement: str, parameters: dict[str, Any]) -> int:
     """The trials rows a statement's generic plan reads (returned or filtered out)."""
     return sum(int(node["Actual Rows"] * node["Actual Loops"] + node.get("Rows Removed by Filter", 0))
-               for node in _nodes(_generic_plan(engine, statement, parameters))
-               if node.get("Relation Name") == "trials" and node["Node Type"] != "ModifyTable")
+               for node in _trial_scans(_generic_plan(engine, statement, parameters)))
 
 
 def _generic_plan(engine: Any, statement: str, parameters: dict[str, Any]) -> dict[str, Any]:

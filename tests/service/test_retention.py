@@ -6,12 +6,10 @@ deleted."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
-import pytest
 from artifact_steps import completed_study, good_trials, promote
-from conftest import Api, make_api
+from conftest import Api
 from fake_worker import result_for
 from sqlalchemy import select, update
 
@@ -64,14 +62,8 @@ def test_old_finished_studies_keep_only_baseline_front_and_candidates(api: Api) 
         assert retention.prune(session, days=7) == 0
 
 
-@pytest.fixture
-def postgres_api(postgres_database: str) -> Iterator[Api]:
-    """On Postgres only: SQLite has one writer, so nothing holds a row while retention runs."""
-    yield from make_api(postgres_database)
-
-
 def test_a_study_is_marked_only_once_the_trials_another_transaction_holds_are_deleted(postgres_api: Api) -> None:
-    api = postgres_api
+    api = postgres_api  # SQLite has one writer: nothing holds a row while retention runs there
     old, _ = completed_study(api, trials=12)
     state = api.client.app.state.paretune  # type: ignore[attr-defined]
     with state.db.write() as session:
