@@ -56,9 +56,9 @@ class Settings(BaseSettings):
         "0: a step per wake-up)")
     step_hold_s: float = Field(
         default=5.0, ge=0,
-        description="while a study's queue is deeper than its trials in flight, its next step waits up to this long "
-        "(at most half the time the trials its step left queued would last at its pace), so that more results are told "
-        "in one step; a worker that waits hurries it (seconds; 0: the gap only)")
+        description="while trials a study's step queued wait, its next step waits up to this long (at most half the "
+        "time they would last at its pace), so that more results are told in one step; a worker that waits hurries it "
+        "(seconds; 0: the gap only)")
     keep_alive_s: float = Field(
         default=75.0, gt=0,
         description="idle HTTP connections are kept this long, longer than clients keep them (seconds)")

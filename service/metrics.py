@@ -70,7 +70,7 @@ def _studies(session: Session) -> Metric:
 def _finished_by_pool(session: Session) -> dict[tuple[str, str], int]:
     """Finished trials per (pool, state), summed from the studies' counters (one row per
     study, not per trial), which each study's scheduling step advances as it accounts for
-    results (within about a second of them, or `step_hold_s` for a study with a deep queue)."""
+    results (within about a second of them, at most `step_hold_s`)."""
     columns = [func.coalesce(func.sum(column), 0) for column in FINISHED_COLUMNS.values()]
     counts: dict[tuple[str, str], int] = {}
     for pool, *sums in session.execute(select(Study.pool, *columns).group_by(Study.pool)):

@@ -7,12 +7,11 @@ within `schedule_interval_s`. The database lock of each step makes sure that onl
 replica steps a study at a time; the others skip it.
 
 A study's steps start at least `step_gap_s` apart: a wake-up within the gap is held to its
-end, so that the results which arrive meanwhile are told in one step. While a study's queue
-is deeper than its trials in flight, the pause is longer, up to `step_hold_s`: half the time
-the trials its step left waiting would last at the study's pace (`_pause`). A study with a
-deep queue then tells its results in batches instead of a step each, and its queue does not
-run dry before the next step. An urgent wake-up (a worker waits: it found no next lease to
-take with its result, or it long-polls the study's pool) is not held.
+end, so that the results which arrive meanwhile are told in one step. While trials a step
+queued wait, the pause is longer, up to `step_hold_s`: half the time they would last at the
+study's pace (`_pause`). A study then tells its results in batches instead of a step each,
+and its queue does not run dry before the next step. An urgent wake-up (a worker waits: it
+found no next lease to take with its result, or it long-polls the study's pool) is not held.
 
 A server process may leave its steps to a scheduler process (`paretune scheduler`, which
 `paretune serve` starts on Postgres): its Scheduler is not started and hands its wake-ups
@@ -157,22 +156,27 @@ class Scheduler:
                 self._add((study_id,))
 
     def _pause(self, study_id: int, started: float, report: StepReport) -> float:
-        """How long after this step's start the study's next may start: the gap; or, while
-        its queue is deeper than its trials in flight, half the time the trials it left
-        waiting would last at its pace since its last step here (the trials it told or,
-        when more, that were leased, over the time between the two steps' starts), at most
-        `hold_s`. A study as busy as its parallelism lets it be, or whose pace is not known,
-        is not held: its finished trials are replaced at once."""
+        """How long after this step's start the study's next may start: while trials it
+        queued wait, half the time they would last, at most `hold_s`, at least the gap.
+
+        They last as long as the study's queue takes to drain at the faster of two paces:
+        the one it had since its last step here (the trials it told or, when more, that were
+        leased, over the time between the two steps' starts), and the one its running trials
+        would finish at if each held its lease as long as those the step accounted for. The
+        second keeps a study whose trials have only begun to finish, or whose queue is
+        shallow beside its trials in flight, from holding its step while they all finish. A
+        study with nothing waiting, or no pace known, is not held."""
         last = self._last.get(study_id)
         self._last[study_id] = (started, report.waiting)
-        if last is None or report.waiting <= report.running:
+        paces = [report.running / report.trial_s] if report.trial_s else []
+        if last is not None:
+            previous, left = last
+            moved = max(report.accounted, left - report.waiting_before)
+            paces.append(moved / max(started - previous, 1e-3))
+        pace = max(paces, default=0.0)
+        if report.waiting <= 0 or pace <= 0:
             return self.gap_s
-        previous, left = last
-        moved = max(report.accounted, left - report.waiting_before)
-        if moved <= 0:
-            return self.gap_s
-        lasts_s = report.waiting * (started - previous) / moved
-        return max(self.gap_s, min(self.hold_s, lasts_s / 2))
+        return max(self.gap_s, min(self.hold_s, report.waiting / pace / 2))
 
     def _scan(self) -> list[int]:
         with self.db.read() as session:

@@ -29,7 +29,7 @@ from service.scheduling import feasibility, fronts, promotion
 from service.scheduling.asks import SamplerWaits, SpaceExhausted
 from service.scheduling.mirror import Mirror, MirrorCache, StudyMirror
 from service.store.db import lock_study, next_seq, next_seqs
-from service.store.models import Study, Trial, constant, constants
+from service.store.models import Study, Trial, constant, constants, utcnow
 from service.studies import document as sd
 from service.studies import lifecycle
 from service.studies.document import document_of
@@ -56,6 +56,7 @@ class StepReport:
     running: int = 0  # the study's trials leased when the step began
     waiting_before: int = 0  # its trials waiting (queued, paused, screened) before the step asked for more
     waiting: int = 0  # and once the step is done (both from its counts)
+    trial_s: float | None = None  # how long the trials it accounted for held their leases, on average
     more: bool = False  # the study has more to do right away (another step)
     changed: bool = False
     locked_at: float = 0.0  # perf_counter() when the study's lock was taken
@@ -85,6 +86,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         decided = _account(session, study, mirror, untold, seqs)
         report.accounted = len(unseen)
         report.more = len(untold) == TELLS_PER_STEP
+        report.trial_s = _mean_held_s(unseen)
     tallies.tell([t for t in untold if t.told])
     pace = (max(1, report.accounted), report.locked_at + ASK_UNTIL_S)
     counts = counts_of(study, tallies)
@@ -108,6 +110,12 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     if study.state in STUDY_FINISHED:  # its sampler is done: a straggler's step rebuilds the mirror
         cache.drop(study.id)
     return report
+
+
+def _mean_held_s(trials: list[Trial]) -> float | None:
+    now = utcnow()
+    spans = [s for s in (shares.held_s(t, now) for t in trials) if s is not None]
+    return sum(spans) / len(spans) if spans else None
 
 
 def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[Trial], seqs: Iterator[int]) -> int:

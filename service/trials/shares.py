@@ -7,7 +7,7 @@ trials or a pool's settings change) and ordered by the policy of service.trials.
 Usage is counted where it is exact: a study's scheduling step, accounting for its finished
 trials once each, adds the GPU-seconds they held their leases (lease to report) to the
 study's row of `pool_usage` for that hour (`add_usage`); until it does, the view counts those
-trials like running ones (a study with a deep queue holds its step up to `step_hold_s`, and
+trials like running ones (a study with trials queued holds its step up to `step_hold_s`, and
 they would count for nothing meanwhile). Between two refreshes the replica
 counts its own leases as running at once (`claim`), and a study that queued trials leases
 again at once (`queued`: its own transactions', and through the notifier a scheduler
@@ -78,17 +78,27 @@ def add_usage(session: Session, study: Study, trials: Iterable[Trial]) -> None:
     now = utcnow()
     hours: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0])
     for trial in trials:
-        if trial.started_at is None:
+        seconds = held_s(trial, now)
+        if seconds is None:
             continue
         finished = as_utc(trial.finished_at) if trial.finished_at is not None else now
         bucket = hours[finished.replace(minute=0, second=0, microsecond=0)]
-        bucket[0] += max(0.0, (finished - as_utc(trial.started_at)).total_seconds())
+        bucket[0] += seconds
         bucket[1] += 1
     if hours:
         session.execute(_usage_upsert(is_postgres(session)), [
             {"pool": study.pool, "study_id": study.id, "hour": hour, "team_id": study.team_id,
              "gpu_s": seconds, "trials": int(count)}
             for hour, (seconds, count) in sorted(hours.items())])
+
+
+def held_s(trial: Trial, now: datetime) -> float | None:
+    """How long a finished trial held its lease, from lease to report (`now` if it has no
+    finish time); None if it was never leased."""
+    if trial.started_at is None:
+        return None
+    finished = as_utc(trial.finished_at) if trial.finished_at is not None else now
+    return max(0.0, (finished - as_utc(trial.started_at)).total_seconds())
 
 
 @functools.cache

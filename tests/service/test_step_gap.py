@@ -132,21 +132,25 @@ def test_the_pause_after_a_step_is_half_the_time_its_queue_lasts_at_its_pace(hol
     scheduler = holding.client.app.state.paretune.scheduler  # type: ignore[attr-defined]
     gap = scheduler.gap_s
     # (seconds since the study's last step here began, trials it left waiting; this step's
-    # results told, trials running and waiting at its start, and waiting once it is done)
-    # -> pause (by hand)
+    # results told, trials running and waiting at its start, waiting once it is done, and how
+    # long the trials it told held their leases) -> pause (by hand)
     cases = [
-        (None, None, 2, 0, 6, 6, gap),  # no earlier step here: no pace known
-        (2.0, 10, 2, 0, 6, 6, 1.5),  # 4 leased in 2 s (more than told): 6 waiting last 3 s
-        (2.0, 10, 6, 0, 6, 6, 1.0),  # 6 told in 2 s: 6 waiting last 2 s
-        (2.0, 6, 0, 0, 6, 6, gap),  # nothing told or leased: no pace known
-        (2.0, 10, 2, 0, 6, 0, gap),  # nothing left waiting
-        (2.0, 10, 2, 8, 6, 6, gap),  # more in flight than waiting: as busy as it may be
-        (2.0, 110, 5, 0, 100, 100, HOLD_S),  # 20 s of queue: at most the hold
-        (0.01, 100, 1, 0, 0, 1, gap),  # a fast pace: at least the gap
+        (None, None, 2, 0, 6, 6, None, gap),  # no earlier step here, no lease times: no pace known
+        (2.0, 10, 2, 0, 6, 6, None, 1.5),  # 4 leased in 2 s (more than told): 6 waiting last 3 s
+        (2.0, 10, 6, 0, 6, 6, None, 1.0),  # 6 told in 2 s: 6 waiting last 2 s
+        (2.0, 6, 0, 0, 6, 6, None, gap),  # nothing told or leased: no pace known
+        (2.0, 10, 2, 0, 6, 0, None, gap),  # nothing left waiting
+        (2.0, 10, 2, 8, 6, 6, None, 1.5),  # more in flight than waiting, their lease times unknown: 2 a second
+        (2.0, 10, 2, 8, 6, 6, 2.0, 0.75),  # 8 running of 2 s each finish 4 a second: 6 waiting last 1.5 s
+        (2.0, 10, 2, 8, 6, 6, 16.0, 1.5),  # ... of 16 s each, half a trial a second: the pace since is faster
+        (None, None, 1, 200, 199, 200, 1.0, 0.5),  # the first to finish of 200: 200 waiting last 1 s
+        (2.0, 110, 5, 0, 100, 100, None, HOLD_S),  # 20 s of queue: at most the hold
+        (0.01, 100, 1, 0, 0, 1, None, gap),  # a fast pace: at least the gap
     ]
-    for i, (since, left, told, running, before, waiting, pause) in enumerate(cases):
+    for i, (since, left, told, running, before, waiting, trial_s, pause) in enumerate(cases):
         study_id = 10_000 + i
         if since is not None:
             scheduler._last[study_id] = (100.0 - since, left)
-        report = StepReport(study_id, accounted=told, running=running, waiting_before=before, waiting=waiting)
+        report = StepReport(study_id, accounted=told, running=running, waiting_before=before, waiting=waiting,
+                            trial_s=trial_s)
         assert scheduler._pause(study_id, 100.0, report) == pytest.approx(pause), cases[i]

@@ -4,6 +4,7 @@ database has them untold until the step's flush; SQLite and Postgres, steps run 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,3 +77,23 @@ def test_infeasible_trials_told_by_a_step_settle_the_study_in_that_step(api: Api
         assert (study.state, study.n_failed) == ("failed", 3)
         assert study.finish_reason == ("3 configurations in a row cannot launch on the target "
                                        "(budget.max_infeasible_in_a_row); narrow the search space")
+
+
+def test_a_step_reports_how_long_the_trials_it_told_held_their_leases(api: Api) -> None:
+    """The pace its next step's hold is judged by (service.scheduling.loop: `_pause`)."""
+    study_id = api.create_study(budget={"max_trials": 20}, parallelism=3)["id"]
+    step = stepper(api, study_id)
+    step()
+    worker = api.worker()
+    held = [api.lease(worker) for _ in range(2)]
+    leased = time.monotonic()
+    time.sleep(0.4)
+    for lease in held:
+        assert lease is not None
+        assert api.post_result(worker, lease["token"], RESULT).status_code == 200
+    reported = time.monotonic()
+    report, _ = step()
+    assert report.accounted == 2 and report.trial_s is not None
+    assert 0.4 <= report.trial_s <= reported - leased + 0.05
+    report, _ = step()  # nothing to tell: no lease times
+    assert report.accounted == 0 and report.trial_s is None
