@@ -29,7 +29,7 @@ from service.scheduling import feasibility, fronts, promotion
 from service.scheduling.asks import SamplerWaits, SpaceExhausted
 from service.scheduling.mirror import Mirror, MirrorCache, StudyMirror
 from service.store.db import lock_study, next_seq, next_seqs
-from service.store.models import Study, Trial, constant, constants, utcnow
+from service.store.models import Study, Trial, constant, constants
 from service.studies import document as sd
 from service.studies import lifecycle
 from service.studies.document import document_of
@@ -86,7 +86,6 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         decided = _account(session, study, mirror, untold, seqs)
         report.accounted = len(unseen)
         report.more = len(untold) == TELLS_PER_STEP
-        report.trial_s = _mean_held_s(unseen)
     tallies.tell([t for t in untold if t.told])
     pace = (max(1, report.accounted), report.locked_at + ASK_UNTIL_S)
     counts = counts_of(study, tallies)
@@ -102,7 +101,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         lifecycle.touch(session, study, next(seqs, None))
     session.flush()  # the accounted trials and the study's row, one round trip each
     ids = queue(session, asked.rows)
-    shares.add_usage(session, study, unseen)
+    report.trial_s = shares.add_usage(session, study, unseen)
     for trial_id, row, optuna_id in zip(ids, asked.rows, asked.optuna_ids, strict=True):
         mirror.adopt(trial_id, row["number"], row["seq"], optuna_id)
     mirror.persist(session)  # a search engine's state, committed with the step
@@ -110,12 +109,6 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
     if study.state in STUDY_FINISHED:  # its sampler is done: a straggler's step rebuilds the mirror
         cache.drop(study.id)
     return report
-
-
-def _mean_held_s(trials: list[Trial]) -> float | None:
-    now = utcnow()
-    spans = [s for s in (shares.held_s(t, now) for t in trials) if s is not None]
-    return sum(spans) / len(spans) if spans else None
 
 
 def _account(session: Session, study: Study, mirror: StudyMirror, untold: list[Trial], seqs: Iterator[int]) -> int:

@@ -71,34 +71,26 @@ SETTLED_S = 60.0  # how long the sums of those hours serve before they are read 
 # -- usage ------------------------------------------------------------------------------------
 
 
-def add_usage(session: Session, study: Study, trials: Iterable[Trial]) -> None:
+def add_usage(session: Session, study: Study, trials: Iterable[Trial]) -> float | None:
     """Count the GPU-seconds `trials` (of `study`, just accounted for by its step) held their
     leases, from lease to report; a screened trial's screen counts now, its full stage when
-    that reports."""
+    that reports. Returns how long they held them on average (None: none was leased)."""
     now = utcnow()
     hours: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0])
     for trial in trials:
-        seconds = held_s(trial, now)
-        if seconds is None:
+        if trial.started_at is None:
             continue
         finished = as_utc(trial.finished_at) if trial.finished_at is not None else now
         bucket = hours[finished.replace(minute=0, second=0, microsecond=0)]
-        bucket[0] += seconds
+        bucket[0] += max(0.0, (finished - as_utc(trial.started_at)).total_seconds())
         bucket[1] += 1
-    if hours:
-        session.execute(_usage_upsert(is_postgres(session)), [
-            {"pool": study.pool, "study_id": study.id, "hour": hour, "team_id": study.team_id,
-             "gpu_s": seconds, "trials": int(count)}
-            for hour, (seconds, count) in sorted(hours.items())])
-
-
-def held_s(trial: Trial, now: datetime) -> float | None:
-    """How long a finished trial held its lease, from lease to report (`now` if it has no
-    finish time); None if it was never leased."""
-    if trial.started_at is None:
+    if not hours:
         return None
-    finished = as_utc(trial.finished_at) if trial.finished_at is not None else now
-    return max(0.0, (finished - as_utc(trial.started_at)).total_seconds())
+    session.execute(_usage_upsert(is_postgres(session)), [
+        {"pool": study.pool, "study_id": study.id, "hour": hour, "team_id": study.team_id,
+         "gpu_s": seconds, "trials": int(count)}
+        for hour, (seconds, count) in sorted(hours.items())])
+    return sum(seconds for seconds, _ in hours.values()) / sum(count for _, count in hours.values())
 
 
 @functools.cache
