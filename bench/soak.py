@@ -5,9 +5,13 @@ database stay flat.
     .venv/bin/python bench/soak.py --minutes 60 --out bench/results/soak.json
 
 200 simulated workers (bench/fleet_clients.py, another process) whose trials take 1-3 s;
-four teams (weights 2:1:1:1 in the pool) each keep two studies of --study-trials running,
-a new one created as one finishes. Retention deletes the trials of studies finished more
-than --retention-minutes ago (but for their fronts and baselines) while leases go on.
+four teams (weights 2:1:1:1 in the pool) each keep two studies running, a new one created as
+one finishes. A study's budget is drawn between (1 - --study-spread) and (1 + --study-spread)
+times --study-trials, so that studies end at different times as a team's would; with a spread
+of 0 every study has the same budget, and those created together end together, in cohorts
+that leave the queue short until their successors' first trials are queued. Retention deletes
+the trials of studies finished more than --retention-minutes ago (but for their fronts and
+baselines) while leases go on.
 
 Every minute: trials/s, result latency p50/p99 (each result brings the next lease, so the
 lease is included), the server's RSS and CPU seconds (its scheduler process included),
@@ -57,9 +61,9 @@ def rss_mb(pid: int) -> float:
 class Studies:
     """Keeps every team at STUDIES_PER_TEAM running studies."""
 
-    def __init__(self, service: Any, tokens: dict[str, str], trials: int, parallelism: int) -> None:
+    def __init__(self, service: Any, tokens: dict[str, str], trials: int, spread: float, parallelism: int) -> None:
         self.clients = {team: service.client(token) for team, token in tokens.items()}
-        self.trials, self.parallelism = trials, parallelism
+        self.trials, self.spread, self.parallelism = trials, spread, parallelism
         self.created = 0
         self.finished = 0
         self.errors: list[str] = []
@@ -72,19 +76,21 @@ class Studies:
                 self.top_up()
             except Exception as exc:  # counted; the soak goes on
                 self.errors.append(repr(exc)[:200])
-            self.stop.wait(2.0)
+            self.stop.wait(0.5)
 
     def top_up(self) -> None:
-        finished = 0
+        running = 0
         for team, client in self.clients.items():
-            items = client.get("/v1/studies", params={"limit": 500}).json()["items"]
-            running = sum(s["state"] == "running" for s in items)
-            finished += sum(s["state"] == "completed" for s in items)
-            for _ in range(STUDIES_PER_TEAM - running):
-                doc = study_document(f"{team}-{self.created}", self.trials, self.parallelism, seed=self.created)
+            items = client.get("/v1/studies", params={"state": "running", "limit": 500}).json()["items"]
+            running += len(items)
+            for _ in range(STUDIES_PER_TEAM - len(items)):
+                rng = np.random.default_rng(self.created)
+                trials = round(self.trials * rng.uniform(1 - self.spread, 1 + self.spread))
+                doc = study_document(f"{team}-{self.created}", trials, self.parallelism, seed=self.created)
                 client.post("/v1/studies", json=doc).raise_for_status()
                 self.created += 1
-        self.finished = finished
+                running += 1
+        self.finished = self.created - running
 
 
 def set_autovacuum(engine: Any, on: bool) -> bool:
@@ -154,6 +160,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=200)
     parser.add_argument("--trial-s", type=float, default=2.0)
     parser.add_argument("--study-trials", type=int, default=1500)
+    parser.add_argument("--study-spread", type=float, default=0.5)
     parser.add_argument("--retention-minutes", type=float, default=5.0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -172,7 +179,7 @@ def main() -> None:
         tokens = {team: service.make_user_token("admin", team) for team in TEAMS}
         admin.put("/v1/pools/default", json={"teams": {t: {"weight": w} for t, w in TEAMS.items()}}).raise_for_status()
         parallelism = max(1, args.workers // (len(TEAMS) * STUDIES_PER_TEAM) + 10)
-        studies = Studies(service, tokens, args.study_trials, parallelism)
+        studies = Studies(service, tokens, args.study_trials, args.study_spread, parallelism)
         studies.top_up()
         studies.thread.start()
         token_file = work / "worker-token"
@@ -214,6 +221,7 @@ def main() -> None:
         "date": date.today().isoformat(), "machine": machine(),
         "command": "bench/soak.py " + " ".join(sys.argv[1:]),
         "workers": args.workers, "trial_s": args.trial_s, "teams": TEAMS, "study_trials": args.study_trials,
+        "study_spread": args.study_spread,
         "retention_minutes": args.retention_minutes, "autovacuum_was_on": autovacuum_was,
         "completed": len(data["done_at"]), "errors": data["error_count"], "error_examples": data["errors"][:5],
         "studies_created": studies.created, "study_errors": studies.errors[:5],
