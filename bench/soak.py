@@ -164,6 +164,9 @@ def main() -> None:
     parser.add_argument("--retention-minutes", type=float, default=5.0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if not 0 <= args.study_spread < 1:
+        parser.error("--study-spread must be at least 0 and under 1 (budgets between 1 - spread and 1 + spread times "
+                     "--study-trials)")
 
     db_url = create_postgres_database()
     database = db_url.rsplit("/", 1)[1]
