@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
 from service.domain import schedule
-from service.domain.states import STUDY_FINISHED, TRIAL, TRIAL_REPORTED, StudyState, TrialState
+from service.domain.states import STUDY_FINISHED, TRIAL, StudyState, TrialState
 from service.scheduling import feasibility, fronts, promotion
 from service.scheduling.asks import SamplerWaits, SpaceExhausted
 from service.scheduling.mirror import Mirror, MirrorCache, StudyMirror
@@ -35,7 +35,7 @@ from service.studies import lifecycle
 from service.studies.document import document_of
 from service.trials import queries, shares
 from service.trials.queries import LIGHT
-from service.trials.transitions import queue, touch, touch_ids, transition
+from service.trials.transitions import awaiting_tell, queue, touch, touch_ids, transition
 from wire.contract import FailureReason
 
 ASKS_PER_STEP = 64  # one step asks for at most this many trials...
@@ -70,8 +70,7 @@ def run_step(session: Session, cache: MirrorCache, study_id: int, *, wait: bool 
         return None if exists is not None else StepReport(study_id)
     report = StepReport(study.id, locked_at=time.perf_counter())
     untold = list(session.execute(
-        select(Trial).options(*LIGHT).where(Trial.study_id == study.id, Trial.told.is_(False),
-                                            Trial.state.in_(constants(s.value for s in TRIAL_REPORTED)))
+        select(Trial).options(*LIGHT).where(Trial.study_id == study.id, awaiting_tell(Trial))
         .order_by(Trial.finished_at, Trial.id).limit(TELLS_PER_STEP)
     ).scalars())
     if not untold and study.state in STUDY_FINISHED:
@@ -326,9 +325,7 @@ def _refuse(session: Session, study: Study, mirror: StudyMirror, trial: Trial, o
 
 def pending_studies(session: Session, limit: int = 1000) -> list[int]:
     """Studies with work for their step: untold finished trials, or room for more trials."""
-    untold = select(Trial.study_id).where(
-        Trial.told.is_(False), Trial.state.in_(constants(s.value for s in TRIAL_REPORTED))
-    ).distinct()
+    reported = select(Trial.study_id).where(awaiting_tell(Trial)).distinct()
     active = Study.n_created - Study.n_completed - Study.n_failed - Study.n_cancelled - Study.n_screened_out
     # infeasible trials (among the failed) may not count against max_trials: a study has room
     # only if its trials less its failed ones are under it, and its step decides
@@ -336,6 +333,6 @@ def pending_studies(session: Session, limit: int = 1000) -> list[int]:
         Study.state == StudyState.RUNNING.value, Study.n_created - Study.n_failed < Study.max_trials,
         active < Study.parallelism,
     )
-    ids = {row[0] for row in session.execute(untold.limit(limit))}
+    ids = {row[0] for row in session.execute(reported.limit(limit))}
     ids |= {row[0] for row in session.execute(room.limit(limit))}
     return sorted(ids)

@@ -34,7 +34,7 @@ from sqlalchemy import Executable, Insert, bindparam, func, literal, literal_col
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.domain.states import STUDY_FINISHED, TRIAL_REPORTED, StudyState, TrialState
+from service.domain.states import STUDY_FINISHED, StudyState, TrialState
 from service.store.db import Database, is_postgres
 from service.store.models import (
     TRIALS,
@@ -46,11 +46,11 @@ from service.store.models import (
     Trial,
     as_utc,
     constant,
-    constants,
     utcnow,
 )
 from service.trials import fairshare
 from service.trials.fairshare import Candidate, Priority, TeamShare, Usage
+from service.trials.transitions import awaiting_tell
 from service.workers.registry import WorkerInfo
 
 log = logging.getLogger("paretune.shares")
@@ -578,8 +578,7 @@ def _queue_query(only: bool) -> Executable:
     if only:
         counted, queued = counted.where(c.pool == bindparam("only")), queued.where(Study.pool == bindparam("only"))
     running = counted.where(c.state == constant(TrialState.RUNNING.value))
-    untold = counted.where(c.told.is_(False), c.state.in_(constants(s.value for s in TRIAL_REPORTED)))
-    return union_all(running, untold, queued)
+    return union_all(running, counted.where(awaiting_tell(c)), queued)
 
 
 UNFINISHED = [state.value for state in StudyState if state not in STUDY_FINISHED]

@@ -9,14 +9,14 @@ import itertools
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import ColumnElement, and_, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from service.domain.states import TRIAL, TRIAL_FINISHED, TRIAL_REPORTED, TrialState
 from service.notify import Channel
 from service.store.db import is_postgres, next_seq, next_seqs
 from service.store.effects import effects
-from service.store.models import TRIALS, Trial, utcnow
+from service.store.models import TRIALS, Trial, constants, utcnow
 
 
 def transition(session: Session, trial: Trial, to: TrialState, *, seq: int | None = None, **fields: Any) -> None:
@@ -79,6 +79,13 @@ def announce(session: Session, study_id: int, pool: str, to: TrialState, *, told
         woken.queued(pool, study_id=study_id)
     elif to in TRIAL_REPORTED and not told:
         woken.wake_step(study_id)
+
+
+def awaiting_tell(c: Any) -> ColumnElement[bool]:
+    """The trials (of columns `c`: the Trial entity's or the trials table's) whose report
+    their study's step has yet to tell its sampler: those whose move `announce` woke the step
+    for."""
+    return and_(c.told.is_(False), c.state.in_(constants(TRIAL_REPORTED)))
 
 
 def touch(session: Session, trials: Sequence[Trial], seqs: Iterator[int] | None = None) -> None:
