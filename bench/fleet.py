@@ -65,14 +65,20 @@ def server_cpu_seconds(pid: int) -> float:
     return cpu_seconds(pid) + children_cpu_seconds(pid)
 
 
-def children_cpu_seconds(pid: int) -> float:
-    """CPU time of a process's live children alone (a scheduler process, uvicorn's workers)."""
-    children: set[int] = set()  # started by any of its threads (a scheduler process by a keeper thread)
+def children(pid: int) -> set[int]:
+    """A process's live children (a scheduler process, uvicorn's workers), started by any of
+    its threads (a scheduler process by a keeper thread)."""
+    found: set[int] = set()
     for listing in Path(f"/proc/{pid}/task").glob("*/children"):
         with contextlib.suppress(FileNotFoundError):
-            children.update(map(int, listing.read_text().split()))
+            found.update(map(int, listing.read_text().split()))
+    return found
+
+
+def children_cpu_seconds(pid: int) -> float:
+    """CPU time of a process's live children alone."""
     total = 0.0
-    for process in children:
+    for process in children(pid):
         with contextlib.suppress(FileNotFoundError):
             total += cpu_seconds(process)
     return total

@@ -14,7 +14,9 @@ the trials of studies finished more than --retention-minutes ago (but for their 
 baselines) while leases go on.
 
 Every minute: trials/s, result latency p50/p99 (each result brings the next lease, so the
-lease is included), the server's RSS and CPU seconds (its scheduler process included),
+lease is included), the server's RSS and CPU seconds (its processes together: the serving
+process or processes, --server-processes, and the scheduler process; the largest process's
+RSS beside the sum),
 Postgres connections of the database, the trials table's and its indexes' sizes, live and
 dead tuples, autovacuum runs, the sequential scans of the hot tables since the start, and
 the trials queued and running. Flat: the last 10 minutes' mean RSS and p99 within 10% of
@@ -43,7 +45,7 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
-from fleet import _stop_on_sigterm, machine, server_cpu_seconds, study_document  # noqa: E402
+from fleet import _stop_on_sigterm, children, machine, server_cpu_seconds, study_document  # noqa: E402
 from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
 
 TEAMS = {"t1": 2.0, "t2": 1.0, "t3": 1.0, "t4": 1.0}
@@ -52,10 +54,17 @@ HOT = ("trials", "studies", "pool_usage", "validation_jobs")
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except FileNotFoundError:  # a child that ended between the listing and the read
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmRSS:")), 0.0)
+
+
+def server_rss_mb(pid: int) -> dict[str, float]:
+    """The RSS of the server's processes together, and of the largest of them."""
+    sizes = [rss_mb(p) for p in (pid, *children(pid))]
+    return {"rss_mb": round(sum(sizes), 1), "largest_rss_mb": round(max(sizes), 1)}
 
 
 class Studies:
@@ -107,7 +116,7 @@ def set_autovacuum(engine: Any, on: bool) -> bool:
 def sample(engine: Any, database: str, pid: int) -> dict[str, Any]:
     with engine.connect() as c:
         row: dict[str, Any] = {
-            "rss_mb": round(rss_mb(pid), 1),
+            **server_rss_mb(pid),
             "pg_connections": c.execute(text("select count(*) from pg_stat_activity where datname = :d"),
                                         {"d": database}).scalar(),
             "trials_mb": round(c.execute(text("select pg_table_size('trials')")).scalar() / 2**20, 1),
@@ -146,10 +155,10 @@ def flatness(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     last = rows[-1]["minute"]
     out: dict[str, Any] = {}
-    for key in ("rss_mb", "result_p99_ms", "trials_per_s"):
+    for key in ("rss_mb", "largest_rss_mb", "result_p99_ms", "trials_per_s"):
         early, late = mean(key, 5, 15), mean(key, last - 9, last)
         out[key] = {"minutes_5_15": round(early, 1), "last_10": round(late, 1), "ratio": round(late / early, 3)}
-    out["flat"] = all(abs(out[k]["ratio"] - 1) <= 0.10 for k in ("rss_mb", "result_p99_ms"))
+    out["flat"] = all(abs(out[k]["ratio"] - 1) <= 0.10 for k in ("rss_mb", "largest_rss_mb", "result_p99_ms"))
     return out
 
 
@@ -162,8 +171,11 @@ def main() -> None:
     parser.add_argument("--study-trials", type=int, default=1500)
     parser.add_argument("--study-spread", type=float, default=0.5)
     parser.add_argument("--retention-minutes", type=float, default=5.0)
+    parser.add_argument("--server-processes", type=int, default=1, help="paretune serve --processes")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.server_processes < 1:
+        parser.error("--server-processes must be at least 1")
     if not 0 <= args.study_spread < 1:
         parser.error("--study-spread must be at least 0 and under 1 (budgets between 1 - spread and 1 + spread times "
                      "--study-trials)")
@@ -172,7 +184,7 @@ def main() -> None:
     database = db_url.rsplit("/", 1)[1]
     work = Path(tempfile.mkdtemp(prefix="soak-"))
     env = {"PARETUNE_TRIAL_RETENTION_DAYS": str(args.retention_minutes / 1440)}
-    service = start_service(db_url, work, env)
+    service = start_service(db_url, work, env, ("--processes", str(args.server_processes)))
     engine = create_engine(db_url, pool_size=1)
     autovacuum_was = set_autovacuum(engine, True)
     clients: subprocess.Popen[bytes] | None = None
@@ -223,8 +235,8 @@ def main() -> None:
     summary = {
         "date": date.today().isoformat(), "machine": machine(),
         "command": "bench/soak.py " + " ".join(sys.argv[1:]),
-        "workers": args.workers, "trial_s": args.trial_s, "teams": TEAMS, "study_trials": args.study_trials,
-        "study_spread": args.study_spread,
+        "server_processes": args.server_processes, "workers": args.workers, "trial_s": args.trial_s, "teams": TEAMS,
+        "study_trials": args.study_trials, "study_spread": args.study_spread,
         "retention_minutes": args.retention_minutes, "autovacuum_was_on": autovacuum_was,
         "completed": len(data["done_at"]), "errors": data["error_count"], "error_examples": data["errors"][:5],
         "studies_created": studies.created, "study_errors": studies.errors[:5],
@@ -232,9 +244,9 @@ def main() -> None:
         "wall_s": round(wall, 1), "flatness": flatness(rows), "minutes": rows,
     }
     args.out.write_text(json.dumps(summary, indent=2))
-    keys = ("minute", "trials_per_s", "result_p50_ms", "result_p99_ms", "rss_mb", "server_cpu_s", "pg_connections",
-            "trials_mb", "trials_indexes_mb", "trials_live", "trials_dead", "trials_autovacuums", "trials_seq_scans",
-            "trials_queued")
+    keys = ("minute", "trials_per_s", "result_p50_ms", "result_p99_ms", "rss_mb", "largest_rss_mb", "server_cpu_s",
+            "pg_connections", "trials_mb", "trials_indexes_mb", "trials_live", "trials_dead", "trials_autovacuums",
+            "trials_seq_scans", "trials_queued")
     print("\n" + " ".join(f"{k:>17}" for k in keys))
     for r in rows:
         print(" ".join(f"{r.get(k)!s:>17}" for k in keys))
