@@ -19,8 +19,11 @@ process or processes, --server-processes, and the scheduler process; the largest
 RSS beside the sum),
 Postgres connections of the database, the trials table's and its indexes' sizes, live and
 dead tuples, autovacuum runs, the sequential scans of the hot tables since the start, and
-the trials queued and running. Flat: the last 10 minutes' mean RSS and p99 within 10% of
-minutes 5-15's.
+the trials queued and running; and the CPU per trial of the server and of the simulated
+fleet. The fleet's work per result is fixed, so its CPU per result says how fast the machine
+ran that minute: a host whose speed drifts moves it, and the server's with it, at the same
+work. Flat: the last 10 minutes' mean RSS and p99 within 10% of minutes 5-15's (the CPU per
+trial is compared the same way and reported beside it).
 
 A Postgres server with autovacuum off (a test server may run so) gets it on for the soak's
 duration and back off afterwards: a deployment runs with it on (docs/operations.md).
@@ -46,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from fleet import _stop_on_sigterm, children, machine, server_cpu_seconds, study_document  # noqa: E402
-from helpers import create_postgres_database, drop_postgres_database, start_service  # noqa: E402
+from helpers import cpu_seconds, create_postgres_database, drop_postgres_database, start_service  # noqa: E402
 
 TEAMS = {"t1": 2.0, "t2": 1.0, "t3": 1.0, "t4": 1.0}
 STUDIES_PER_TEAM = 2
@@ -142,7 +145,10 @@ def per_minute(data: dict[str, Any], started: float, samples: list[dict[str, Any
         m = s["minute"]
         inside = (done >= (m - 1) * 60) & (done < m * 60)
         lat = latency[inside]
-        rows.append({**s, "trials_per_s": round(float(inside.sum()) / 60, 1),
+        count = int(inside.sum())
+        per_trial = {f"{who}_cpu_ms_per_trial": round(1000 * s[f"{who}_cpu_s"] / count, 2) if count else None
+                     for who in ("server", "clients") if s.get(f"{who}_cpu_s") is not None}
+        rows.append({**s, **per_trial, "trials_per_s": round(count / 60, 1),
                      "result_p50_ms": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
                      "result_p99_ms": round(float(np.percentile(lat, 99)), 1) if lat.size else None})
     return rows
@@ -155,9 +161,12 @@ def flatness(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     last = rows[-1]["minute"]
     out: dict[str, Any] = {}
-    for key in ("rss_mb", "largest_rss_mb", "result_p99_ms", "trials_per_s"):
+    for key in ("rss_mb", "largest_rss_mb", "result_p99_ms", "trials_per_s", "server_cpu_ms_per_trial",
+                "clients_cpu_ms_per_trial"):
         early, late = mean(key, 5, 15), mean(key, last - 9, last)
-        out[key] = {"minutes_5_15": round(early, 1), "last_10": round(late, 1), "ratio": round(late / early, 3)}
+        digits = 1 if early >= 10 else 3  # CPU ms per trial: under one for the fleet's clients
+        out[key] = {"minutes_5_15": round(early, digits), "last_10": round(late, digits),
+                    "ratio": round(late / early, 3)}
     out["flat"] = all(abs(out[k]["ratio"] - 1) <= 0.10 for k in ("rss_mb", "largest_rss_mb", "result_p99_ms"))
     return out
 
@@ -207,14 +216,15 @@ def main() -> None:
                                     "--seconds", str(args.minutes * 60), "--trial-s", str(args.trial_s),
                                     "--out", str(out)])
         samples = []
-        cpu_at = cpu_before
+        cpu_at, clients_at = cpu_before, 0.0
         for minute in range(1, args.minutes + 1):
             time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
-            cpu_now = server_cpu_seconds(service.process.pid)
+            cpu_now, clients_now = server_cpu_seconds(service.process.pid), cpu_seconds(clients.pid)
             samples.append({"minute": minute, **sample(engine, database, service.process.pid),
                             "server_cpu_s": round(cpu_now - cpu_at, 1),
+                            "clients_cpu_s": round(clients_now - clients_at, 2),
                             "studies_created": studies.created, "studies_completed": studies.finished})
-            cpu_at = cpu_now
+            cpu_at, clients_at = cpu_now, clients_now
             print(json.dumps(samples[-1]), flush=True)
         clients.wait(timeout=300)
         studies.stop.set()
@@ -245,6 +255,7 @@ def main() -> None:
     }
     args.out.write_text(json.dumps(summary, indent=2))
     keys = ("minute", "trials_per_s", "result_p50_ms", "result_p99_ms", "rss_mb", "largest_rss_mb", "server_cpu_s",
+            "server_cpu_ms_per_trial", "clients_cpu_ms_per_trial",
             "pg_connections", "trials_mb", "trials_indexes_mb", "trials_live", "trials_dead", "trials_autovacuums",
             "trials_seq_scans", "trials_queued")
     print("\n" + " ".join(f"{k:>17}" for k in keys))
