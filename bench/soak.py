@@ -147,7 +147,7 @@ def per_minute(data: dict[str, Any], started: float, samples: list[dict[str, Any
         lat = latency[inside]
         count = int(inside.sum())
         per_trial = {f"{who}_cpu_ms_per_trial": round(1000 * s[f"{who}_cpu_s"] / count, 2) if count else None
-                     for who in ("server", "clients") if s.get(f"{who}_cpu_s") is not None}
+                     for who in ("server", "clients")}
         rows.append({**s, **per_trial, "trials_per_s": round(count / 60, 1),
                      "result_p50_ms": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
                      "result_p99_ms": round(float(np.percentile(lat, 99)), 1) if lat.size else None})
