@@ -22,8 +22,10 @@ dead tuples, autovacuum runs, the sequential scans of the hot tables since the s
 the trials queued and running; and the CPU per trial of the server and of the simulated
 fleet. The fleet's work per result is fixed, so its CPU per result says how fast the machine
 ran that minute: a host whose speed drifts moves it, and the server's with it, at the same
-work. Flat: the last 10 minutes' mean RSS and p99 within 10% of minutes 5-15's (the CPU per
-trial is compared the same way and reported beside it).
+work. bench/host_speed.py runs beside the soak as a second reference: fixed pieces of Python
+work timed every 10 s, whose medians per minute join the soak's rows. Flat: the last 10
+minutes' mean RSS and p99 within 10% of minutes 5-15's (the CPU per trial and the
+reference's work are compared the same way and reported beside it).
 
 A Postgres server with autovacuum off (a test server may run so) gets it on for the soak's
 duration and back off afterwards: a deployment runs with it on (docs/operations.md).
@@ -50,6 +52,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from fleet import _stop_on_sigterm, children, machine, server_cpu_seconds, study_document  # noqa: E402
 from helpers import cpu_seconds, create_postgres_database, drop_postgres_database, start_service  # noqa: E402
+from host_speed import WORK as HOST_WORK  # noqa: E402
 
 TEAMS = {"t1": 2.0, "t2": 1.0, "t3": 1.0, "t4": 1.0}
 STUDIES_PER_TEAM = 2
@@ -154,6 +157,15 @@ def per_minute(data: dict[str, Any], started: float, samples: list[dict[str, Any
     return rows
 
 
+def with_host_speed(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """The soak's rows with the reference's medians of the same minutes (bench/host_speed.py)."""
+    if not path.exists():
+        print(f"bench/host_speed.py left no {path.name}: the rows go without the host's speed", file=sys.stderr)
+        return rows
+    speed = {r["minute"]: r for r in json.loads(path.read_text())["minutes"]}
+    return [{**r, **{k: speed.get(r["minute"], {}).get(k) for k in HOST_WORK}} for r in rows]
+
+
 def flatness(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def mean(key: str, lo: int, hi: int) -> float:
         values = [r[key] for r in rows if lo <= r["minute"] <= hi and r.get(key) is not None]
@@ -162,7 +174,7 @@ def flatness(rows: list[dict[str, Any]]) -> dict[str, Any]:
     last = rows[-1]["minute"]
     out: dict[str, Any] = {}
     for key in ("rss_mb", "largest_rss_mb", "result_p99_ms", "trials_per_s", "server_cpu_ms_per_trial",
-                "clients_cpu_ms_per_trial"):
+                "clients_cpu_ms_per_trial", *HOST_WORK):
         early, late = mean(key, 5, 15), mean(key, last - 9, last)
         digits = 1 if early >= 10 else 3  # CPU ms per trial: under one for the fleet's clients
         out[key] = {"minutes_5_15": round(early, digits), "last_10": round(late, digits),
@@ -197,6 +209,7 @@ def main() -> None:
     engine = create_engine(db_url, pool_size=1)
     autovacuum_was = set_autovacuum(engine, True)
     clients: subprocess.Popen[bytes] | None = None
+    host: subprocess.Popen[bytes] | None = None
     studies: Studies | None = None
     try:
         admin = service.client()
@@ -209,6 +222,8 @@ def main() -> None:
         token_file = work / "worker-token"
         token_file.write_text(service.make_worker_token())
         out = work / "clients.json"
+        host = subprocess.Popen([sys.executable, str(ROOT / "bench" / "host_speed.py"), "--minutes",
+                                 str(args.minutes), "--out", str(work / "host.json")], stdout=subprocess.DEVNULL)
         cpu_before = server_cpu_seconds(service.process.pid)
         started = time.monotonic()
         clients = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fleet_clients.py"), service.url,
@@ -227,21 +242,23 @@ def main() -> None:
             cpu_at, clients_at = cpu_now, clients_now
             print(json.dumps(samples[-1]), flush=True)
         clients.wait(timeout=300)
+        host.wait(timeout=120)
         studies.stop.set()
         studies.thread.join(30)
         wall = time.monotonic() - started
         server_cpu = server_cpu_seconds(service.process.pid) - cpu_before
         data = json.loads(out.read_text())
     finally:
-        if clients is not None and clients.poll() is None:
-            clients.kill()
+        for process in (clients, host):
+            if process is not None and process.poll() is None:
+                process.kill()
         if studies is not None:
             studies.stop.set()
         service.stop()
         set_autovacuum(engine, autovacuum_was)
         engine.dispose()
         drop_postgres_database(db_url)
-    rows = per_minute(data, started, samples)
+    rows = with_host_speed(per_minute(data, started, samples), work / "host.json")
     summary = {
         "date": date.today().isoformat(), "machine": machine(),
         "command": "bench/soak.py " + " ".join(sys.argv[1:]),
@@ -255,7 +272,7 @@ def main() -> None:
     }
     args.out.write_text(json.dumps(summary, indent=2))
     keys = ("minute", "trials_per_s", "result_p50_ms", "result_p99_ms", "rss_mb", "largest_rss_mb", "server_cpu_s",
-            "server_cpu_ms_per_trial", "clients_cpu_ms_per_trial",
+            "server_cpu_ms_per_trial", "clients_cpu_ms_per_trial", "request_ms", "lookups_ms",
             "pg_connections", "trials_mb", "trials_indexes_mb", "trials_live", "trials_dead", "trials_autovacuums",
             "trials_seq_scans", "trials_queued")
     print("\n" + " ".join(f"{k:>17}" for k in keys))
