@@ -124,7 +124,7 @@ def main() -> None:
             if sink:
                 print(json.dumps(samples[-1]), file=sink, flush=True)
             time.sleep(max(0.0, started + len(samples) * args.interval_s - time.monotonic()))
-    except KeyboardInterrupt:  # stopped early (a soak that ends): what was sampled is kept
+    except KeyboardInterrupt:  # stopped early (Ctrl-C): what was sampled is kept
         pass
     finally:
         if sink:
