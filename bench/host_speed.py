@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -91,16 +92,25 @@ def per_minute(samples: list[dict[str, float]]) -> list[dict[str, Any]]:
             for m, rows in sorted(minutes.items())]
 
 
+def windows(rows: list[dict[str, Any]], key: str) -> tuple[float, float]:
+    """The mean of `key` over minutes 5-15 and over the last 10 minutes (NaN where no row has
+    it): the windows bench/soak.py's flatness compares."""
+    last = rows[-1]["minute"]
+
+    def mean(lo: int, hi: int) -> float:
+        values = [r[key] for r in rows if lo <= r["minute"] <= hi and r.get(key) is not None]
+        return statistics.fmean(values) if values else math.nan
+
+    return mean(5, 15), mean(last - 9, last)
+
+
 def drift(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Each piece of work's last 10 minutes against minutes 5-15, as the soak compares its own."""
-    last = rows[-1]["minute"]
     out = {}
     for key in WORK:
-        early = [r[key] for r in rows if 5 <= r["minute"] <= 15]
-        late = [r[key] for r in rows if last - 9 <= r["minute"] <= last]
-        if early and late:
-            e, lt = statistics.fmean(early), statistics.fmean(late)
-            out[key] = {"minutes_5_15": round(e, 2), "last_10": round(lt, 2), "ratio": round(lt / e, 3)}
+        early, late = windows(rows, key)
+        if not (math.isnan(early) or math.isnan(late)):
+            out[key] = {"minutes_5_15": round(early, 2), "last_10": round(late, 2), "ratio": round(late / early, 3)}
     return out
 
 

@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from fleet import _stop_on_sigterm, children, machine, server_cpu_seconds, study_document  # noqa: E402
 from helpers import cpu_seconds, create_postgres_database, drop_postgres_database, start_service  # noqa: E402
 from host_speed import WORK as HOST_WORK  # noqa: E402
+from host_speed import windows  # noqa: E402
 
 TEAMS = {"t1": 2.0, "t2": 1.0, "t3": 1.0, "t4": 1.0}
 STUDIES_PER_TEAM = 2
@@ -167,15 +168,10 @@ def with_host_speed(rows: list[dict[str, Any]], path: Path) -> list[dict[str, An
 
 
 def flatness(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    def mean(key: str, lo: int, hi: int) -> float:
-        values = [r[key] for r in rows if lo <= r["minute"] <= hi and r.get(key) is not None]
-        return float(np.mean(values)) if values else float("nan")
-
-    last = rows[-1]["minute"]
     out: dict[str, Any] = {}
     for key in ("rss_mb", "largest_rss_mb", "result_p99_ms", "trials_per_s", "server_cpu_ms_per_trial",
                 "clients_cpu_ms_per_trial", *HOST_WORK):
-        early, late = mean(key, 5, 15), mean(key, last - 9, last)
+        early, late = windows(rows, key)
         digits = 1 if early >= 10 else 3  # CPU ms per trial: under one for the fleet's clients
         out[key] = {"minutes_5_15": round(early, digits), "last_10": round(late, digits),
                     "ratio": round(late / early, 3)}
